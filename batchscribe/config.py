@@ -1,0 +1,90 @@
+"""Frozen configuration, built once at the edge (CLI or API caller) and passed down.
+
+Nothing below this module reads the environment; `default_cache_dir` is the one place that does.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from batchscribe.constants import (
+    COMPRESSION_RATIO_THRESHOLD,
+    LOGPROB_THRESHOLD,
+    NO_SPEECH_THRESHOLD,
+)
+
+Task = Literal["transcribe", "translate"]
+DTypeName = Literal["float32", "float16", "bfloat16"]
+DeviceName = str  # "cpu", "cuda", "cuda:1", or "auto"
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message names the value, the limit and the fix."""
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How each 30 s window is decoded; the meaning of every field follows openai/whisper."""
+
+    task: Task = "transcribe"
+    language: str | None = None  # None: detect per item on multilingual models
+    without_timestamps: bool = False
+    # Temperature ladder: 0.0 is greedy; later entries are tried when a window fails the
+    # compression-ratio or avg-logprob check (openai transcribe() fallback).
+    temperatures: tuple[float, ...] = (0.0,)
+    compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
+    logprob_threshold: float | None = LOGPROB_THRESHOLD
+    no_speech_threshold: float | None = NO_SPEECH_THRESHOLD
+    sample_len: int | None = None  # max tokens sampled per window; None: n_text_ctx // 2
+    max_initial_timestamp: float | None = 1.0
+    suppress_blank: bool = True
+    # "-1" means the non-speech symbol set plus the model's own suppress list (openai semantics).
+    suppress_tokens: tuple[int, ...] | str = "-1"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.task not in ("transcribe", "translate"):
+            raise ConfigError(f"task={self.task!r} is not supported; use 'transcribe' or 'translate'")
+        if not self.temperatures:
+            raise ConfigError("temperatures is empty; give at least one, e.g. (0.0,)")
+        if any(t < 0 for t in self.temperatures):
+            raise ConfigError(f"temperatures={self.temperatures} has a negative value; use values >= 0")
+        if self.sample_len is not None and not 1 <= self.sample_len <= 448:
+            raise ConfigError(f"sample_len={self.sample_len} is outside 1..448")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Where and how the model runs."""
+
+    device: DeviceName = "auto"
+    dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
+    batch_size: int = 16  # decoder slots on the CPU path; the GPU engine sizes its own buckets
+    attention: Literal["auto", "sdpa", "flashinfer"] = "auto"
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigError(f"batch_size={self.batch_size} must be >= 1")
+        if self.dtype not in (None, "float32", "float16", "bfloat16"):
+            raise ConfigError(f"dtype={self.dtype!r}; use float32, float16 or bfloat16")
+
+
+def default_cache_dir() -> Path:
+    """Where converted models are written: $BATCHSCRIBE_CACHE, else the user cache dir."""
+    env = os.environ.get("BATCHSCRIBE_CACHE")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "batchscribe"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model name as the user gave it plus where converted weights may be cached."""
+
+    name: str = "tiny.en"
+    cache_dir: Path = field(default_factory=default_cache_dir)
