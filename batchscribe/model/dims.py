@@ -18,7 +18,8 @@ class ModelDims:
     n_text_state: int
     n_text_head: int
     n_text_layer: int
-    activation: str = "gelu"
+    n_audio_mlp: int = 0  # feed-forward width; 0 means 4 * n_audio_state
+    n_text_mlp: int = 0  # 0 means 4 * n_text_state
 
     @classmethod
     def from_hf_config(cls, cfg: dict[str, Any]) -> "ModelDims":
@@ -33,8 +34,15 @@ class ModelDims:
             n_text_state=cfg["d_model"],
             n_text_head=cfg["decoder_attention_heads"],
             n_text_layer=cfg["decoder_layers"],
-            activation=cfg.get("activation_function", "gelu"),
+            n_audio_mlp=cfg.get("encoder_ffn_dim", 4 * cfg["d_model"]),
+            n_text_mlp=cfg.get("decoder_ffn_dim", 4 * cfg["d_model"]),
         )
+
+    def __post_init__(self) -> None:
+        if not self.n_audio_mlp:
+            object.__setattr__(self, "n_audio_mlp", 4 * self.n_audio_state)
+        if not self.n_text_mlp:
+            object.__setattr__(self, "n_text_mlp", 4 * self.n_text_state)
 
     @property
     def is_multilingual(self) -> bool:

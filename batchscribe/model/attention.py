@@ -1,0 +1,66 @@
+"""Attention backends behind one small interface.
+
+The decoder step asks a backend for two things: attention of one new query per row over that row's
+self-attention cache (ragged lengths), and attention over the row's cross-attention K/V (1500 encoder
+frames, same for every row). `SdpaBackend` is the reference and the CPU path; the GPU engine adds a
+FlashInfer backend with the same methods.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+
+
+class AttentionBackend(Protocol):
+    def self_attention(
+        self,
+        q: torch.Tensor,  # [B, n_head, head_dim]
+        k_cache: torch.Tensor,  # [n_slots, n_text_ctx, n_head, head_dim] (one layer)
+        v_cache: torch.Tensor,  # [n_slots, n_text_ctx, n_head, head_dim]
+        slots: torch.Tensor | None,  # [B] slot of each row; None: row i is slot i
+        positions: torch.Tensor,  # [B] position of the new token (attends to 0..position)
+        kv_len: int | None,  # host-known upper bound on positions + 1; None: n_text_ctx
+    ) -> torch.Tensor:  # [B, n_head, head_dim]
+        ...
+
+    def cross_attention(
+        self,
+        q: torch.Tensor,  # [B, n_head, head_dim]
+        k_cache: torch.Tensor,  # [n_slots, n_audio_ctx, n_head, head_dim]
+        v_cache: torch.Tensor,
+        slots: torch.Tensor | None,  # [B]
+    ) -> torch.Tensor:  # [B, n_head, head_dim]
+        ...
+
+
+def _rows(cache: torch.Tensor, slots: torch.Tensor | None, n_rows: int, length: int) -> torch.Tensor:
+    """The rows' cache entries as [B, n_head, length, head_dim] (a view when slots is None)."""
+    if slots is None:
+        picked = cache[:n_rows, :length]
+    else:
+        picked = cache[slots, :length]  # gather: copies [B, length, n_head, head_dim]
+    return picked.transpose(1, 2)
+
+
+class SdpaBackend:
+    """torch's scaled_dot_product_attention with an explicit length mask (reference semantics)."""
+
+    def self_attention(self, q, k_cache, v_cache, slots, positions, kv_len):
+        n_rows = q.shape[0]
+        length = k_cache.shape[1] if kv_len is None else kv_len
+        k = _rows(k_cache, slots, n_rows, length)  # [B, n_head, L, head_dim]
+        v = _rows(v_cache, slots, n_rows, length)
+        keys = torch.arange(length, device=q.device)
+        mask = (keys[None, :] <= positions[:, None])[:, None, None, :]  # [B, 1, 1, L]
+        out = F.scaled_dot_product_attention(q.unsqueeze(2), k, v, attn_mask=mask)
+        return out.squeeze(2)
+
+    def cross_attention(self, q, k_cache, v_cache, slots):
+        n_rows = q.shape[0]
+        length = k_cache.shape[1]
+        k = _rows(k_cache, slots, n_rows, length)
+        v = _rows(v_cache, slots, n_rows, length)
+        return F.scaled_dot_product_attention(q.unsqueeze(2), k, v).squeeze(2)

@@ -1,0 +1,208 @@
+"""Whisper encoder-decoder written for static caches and CUDA-graph capture.
+
+Parameter names follow Hugging Face's `WhisperModel` (`encoder.layers.0.self_attn.q_proj.weight`,
+...) so a Hugging Face state dict loads directly once its `model.` prefix is removed. Unlike the
+openai/whisper and transformers modules, the decoder never grows a tensor: self-attention K/V live in
+fixed per-slot buffers of n_text_ctx positions, cross-attention K/V are written once per window, and
+one decode step feeds exactly one token per row at a per-row position. Nothing inside a step branches
+in Python on a tensor value, so the step can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from batchscribe.model.attention import AttentionBackend, SdpaBackend
+from batchscribe.model.dims import ModelDims
+
+
+class Attention(nn.Module):
+    """Projections of one multi-head attention block (HF names; k_proj has no bias)."""
+
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.head_dim = n_state // n_head
+        self.q_proj = nn.Linear(n_state, n_state)
+        self.k_proj = nn.Linear(n_state, n_state, bias=False)
+        self.v_proj = nn.Linear(n_state, n_state)
+        self.out_proj = nn.Linear(n_state, n_state)
+
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[..., n_state] -> [..., n_head, head_dim]"""
+        return x.unflatten(-1, (self.n_head, self.head_dim))
+
+    def full(self, x: torch.Tensor) -> torch.Tensor:
+        """Unmasked self-attention over a whole sequence (the encoder). x: [B, T, n_state]"""
+        q, k, v = (self.heads(p(x)).transpose(1, 2) for p in (self.q_proj, self.k_proj, self.v_proj))
+        out = F.scaled_dot_product_attention(q, k, v)  # [B, n_head, T, head_dim]
+        return self.out_proj(out.transpose(1, 2).flatten(2))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, n_state: int, n_head: int, n_mlp: int):
+        super().__init__()
+        self.self_attn = Attention(n_state, n_head)
+        self.self_attn_layer_norm = nn.LayerNorm(n_state)
+        self.fc1 = nn.Linear(n_state, n_mlp)
+        self.fc2 = nn.Linear(n_mlp, n_state)
+        self.final_layer_norm = nn.LayerNorm(n_state)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn.full(self.self_attn_layer_norm(x))
+        return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, dims: ModelDims, n_mlp: int):
+        super().__init__()
+        d = dims.n_audio_state
+        self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
+        self.embed_positions = nn.Embedding(dims.n_audio_ctx, d)
+        self.layers = nn.ModuleList(
+            EncoderLayer(d, dims.n_audio_head, n_mlp) for _ in range(dims.n_audio_layer)
+        )
+        self.layer_norm = nn.LayerNorm(d)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        """mel: [B, n_mels, 3000] -> [B, n_audio_ctx, n_audio_state]"""
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x)).transpose(1, 2)  # [B, 1500, d]
+        x = x + self.embed_positions.weight[: x.shape[1]]
+        for layer in self.layers:
+            x = layer(x)
+        return self.layer_norm(x)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, n_state: int, n_head: int, n_mlp: int):
+        super().__init__()
+        self.self_attn = Attention(n_state, n_head)
+        self.self_attn_layer_norm = nn.LayerNorm(n_state)
+        self.encoder_attn = Attention(n_state, n_head)
+        self.encoder_attn_layer_norm = nn.LayerNorm(n_state)
+        self.fc1 = nn.Linear(n_state, n_mlp)
+        self.fc2 = nn.Linear(n_mlp, n_state)
+        self.final_layer_norm = nn.LayerNorm(n_state)
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, dims: ModelDims, n_mlp: int):
+        super().__init__()
+        d = dims.n_text_state
+        self.embed_tokens = nn.Embedding(dims.n_vocab, d)
+        self.embed_positions = nn.Embedding(dims.n_text_ctx, d)
+        self.layers = nn.ModuleList(
+            DecoderLayer(d, dims.n_text_head, n_mlp) for _ in range(dims.n_text_layer)
+        )
+        self.layer_norm = nn.LayerNorm(d)
+
+
+@dataclass
+class DecoderCache:
+    """Static per-slot K/V buffers, one tensor per layer, laid out NHD (FlashInfer's paged layout
+    with one page per slot). Lives on the model's device."""
+
+    self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
+    self_v: list[torch.Tensor]
+    cross_k: list[torch.Tensor]  # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]
+    cross_v: list[torch.Tensor]
+
+    @classmethod
+    def allocate(
+        cls, dims: ModelDims, n_slots: int, device: torch.device | str, dtype: torch.dtype
+    ) -> "DecoderCache":
+        head_dim = dims.n_text_state // dims.n_text_head
+        self_shape = (n_slots, dims.n_text_ctx, dims.n_text_head, head_dim)
+        cross_shape = (n_slots, dims.n_audio_ctx, dims.n_text_head, head_dim)
+
+        def make(shape: tuple[int, ...]) -> list[torch.Tensor]:
+            return [torch.zeros(shape, device=device, dtype=dtype) for _ in range(dims.n_text_layer)]
+
+        return cls(make(self_shape), make(self_shape), make(cross_shape), make(cross_shape))
+
+    @property
+    def n_slots(self) -> int:
+        return self.self_k[0].shape[0]
+
+    @staticmethod
+    def bytes_per_slot(dims: ModelDims, dtype: torch.dtype) -> int:
+        elem = torch.empty((), dtype=dtype).element_size()
+        per_layer = 2 * (dims.n_text_ctx + dims.n_audio_ctx) * dims.n_text_state
+        return per_layer * dims.n_text_layer * elem
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: ModelDims):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(dims, dims.n_audio_mlp)
+        self.decoder = TextDecoder(dims, dims.n_text_mlp)
+
+    @torch.no_grad()
+    def write_cross_kv(
+        self,
+        cache: DecoderCache,
+        enc: torch.Tensor,  # [B, n_audio_ctx, n_state]
+        slots: torch.Tensor,  # [B] long, on enc's device
+    ) -> None:
+        """Project encoder output into each layer's cross K/V once per window."""
+        for i, layer in enumerate(self.decoder.layers):
+            attn = layer.encoder_attn
+            cache.cross_k[i][slots] = attn.heads(attn.k_proj(enc)).to(cache.cross_k[i].dtype)
+            cache.cross_v[i][slots] = attn.heads(attn.v_proj(enc)).to(cache.cross_v[i].dtype)
+
+    @torch.no_grad()
+    def decode_step(
+        self,
+        cache: DecoderCache,
+        tokens: torch.Tensor,  # [B] long: the token at `positions` for each row
+        positions: torch.Tensor,  # [B] long
+        slots: torch.Tensor | None = None,  # [B] long; None: row i uses slot i
+        kv_len: int | None = None,  # host-known bound on max(positions) + 1 (CPU speed-up)
+        backend: AttentionBackend | None = None,
+    ) -> torch.Tensor:  # [B, n_vocab] float32 logits for the token after `positions`
+        backend = backend or _SDPA
+        dec = self.decoder
+        x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
+        index = (torch.arange(tokens.shape[0], device=tokens.device) if slots is None else slots, positions)
+        for i, layer in enumerate(dec.layers):
+            attn = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q = attn.heads(attn.q_proj(h))  # [B, n_head, head_dim]
+            # Write this step's K/V in place before attending, so the token sees itself.
+            cache.self_k[i].index_put_(index, attn.heads(attn.k_proj(h)))
+            cache.self_v[i].index_put_(index, attn.heads(attn.v_proj(h)))
+            out = backend.self_attention(q, cache.self_k[i], cache.self_v[i], slots, positions, kv_len)
+            x = x + attn.out_proj(out.flatten(1))
+
+            cross = layer.encoder_attn
+            q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x)))
+            out = backend.cross_attention(q, cache.cross_k[i], cache.cross_v[i], slots)
+            x = x + cross.out_proj(out.flatten(1))
+
+            x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
+        x = dec.layer_norm(x)
+        return (x @ dec.embed_tokens.weight.T).float()
+
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Load a transformers WhisperForConditionalGeneration state dict; every key must match."""
+        ours = {}
+        for name, tensor in state.items():
+            if name == "proj_out.weight":
+                continue  # tied to decoder.embed_tokens in every Whisper checkpoint
+            ours[name.removeprefix("model.")] = tensor
+        missing, unexpected = self.load_state_dict(ours, strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"checkpoint does not match the Whisper architecture: missing {missing[:5]}, "
+                f"unexpected {unexpected[:5]}; is it a Whisper checkpoint in Hugging Face format?"
+            )
+
+
+_SDPA = SdpaBackend()

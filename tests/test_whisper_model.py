@@ -1,0 +1,130 @@
+"""Our static-cache Whisper against transformers' WhisperForConditionalGeneration on the same weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchscribe.model.dims import ModelDims
+from batchscribe.model.whisper import DecoderCache, Whisper
+
+transformers = pytest.importorskip("transformers")
+
+
+def _hf_model(n_mels: int, vocab: int, seed: int):
+    torch.manual_seed(seed)
+    cfg = transformers.WhisperConfig(
+        vocab_size=vocab,
+        num_mel_bins=n_mels,
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=3,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=96,  # not 4 * d_model: the width must come from the config
+        decoder_ffn_dim=128,
+        max_source_positions=1500,
+        max_target_positions=448,
+        pad_token_id=vocab - 1,
+        bos_token_id=vocab - 2,
+        eos_token_id=vocab - 2,
+        decoder_start_token_id=vocab - 3,
+    )
+    model = transformers.WhisperForConditionalGeneration(cfg).eval()
+    # Random init leaves biases and layer norms trivial; perturb everything so a wrong mapping shows.
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return model
+
+
+def _ours(hf_model) -> Whisper:
+    dims = ModelDims.from_hf_config(hf_model.config.to_dict())
+    ours = Whisper(dims).eval()
+    ours.load_hf_state_dict(hf_model.state_dict())
+    return ours
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a - b).norm() / b.norm()).item()
+
+
+def _compare(hf_model, ours: Whisper, mel: torch.Tensor, tokens: torch.Tensor, slots: list[int]) -> None:
+    """Run both models on the same inputs and demand equal encoder output and per-step logits."""
+    with torch.no_grad():
+        ref_enc = hf_model.model.encoder(mel).last_hidden_state
+        ref_logits = hf_model(input_features=mel, decoder_input_ids=tokens).logits  # [B, T, V]
+        enc = ours.encoder(mel)
+    assert _rel(enc, ref_enc) < 1e-4
+
+    batch, steps = tokens.shape
+    # Put rows in scattered slots of a larger cache, so slot indexing is exercised.
+    cache = DecoderCache.allocate(ours.dims, n_slots=max(slots) + 2, device="cpu", dtype=torch.float32)
+    slot_ids = torch.tensor(slots)
+    ours.write_cross_kv(cache, enc, slot_ids)
+    for t in range(steps):
+        positions = torch.full((batch,), t)
+        logits = ours.decode_step(cache, tokens[:, t], positions, slot_ids)
+        assert _rel(logits, ref_logits[:, t]) < 1e-4, f"step {t}"
+
+
+@pytest.mark.parametrize("n_mels,vocab", [(80, 51864), (128, 51866), (80, 51865)])
+def test_logits_equal_transformers_random_config(n_mels: int, vocab: int) -> None:
+    hf_model = _hf_model(n_mels, vocab, seed=n_mels + vocab)
+    ours = _ours(hf_model)
+    mel = torch.randn(2, n_mels, 3000)
+    tokens = torch.randint(0, vocab, (2, 12))
+    _compare(hf_model, ours, mel, tokens, slots=[3, 1])
+
+
+def test_ragged_positions_match_independent_rows() -> None:
+    """Rows at different positions in one step give the logits each row gives alone."""
+    hf_model = _hf_model(80, 51864, seed=7)
+    ours = _ours(hf_model)
+    mel = torch.randn(2, 80, 3000)
+    tokens = torch.randint(0, 51864, (2, 9))
+    with torch.no_grad():
+        ref = hf_model(input_features=mel, decoder_input_ids=tokens).logits
+        cache = DecoderCache.allocate(ours.dims, 2, "cpu", torch.float32)
+        ours.write_cross_kv(cache, ours.encoder(mel), torch.tensor([0, 1]))
+        # Row 0 runs 3 steps ahead; then both advance together at different positions.
+        for t in range(3):
+            ours.decode_step(cache, tokens[:1, t], torch.tensor([t]), torch.tensor([0]))
+        for t in range(6):
+            pos = torch.tensor([t + 3, t])
+            tok = torch.stack([tokens[0, t + 3], tokens[1, t]])
+            logits = ours.decode_step(cache, tok, pos, None, kv_len=t + 4)
+            assert _rel(logits[0], ref[0, t + 3]) < 1e-4
+            assert _rel(logits[1], ref[1, t]) < 1e-4
+
+
+def test_logits_equal_transformers_real_tiny_en(tiny_en_dir) -> None:
+    from batchscribe.model.loading import load_state_dict
+
+    hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(
+        tiny_en_dir, torch_dtype=torch.float32
+    ).eval()
+    dims = ModelDims.from_hf_config(hf_model.config.to_dict())
+    ours = Whisper(dims).eval()
+    ours.load_hf_state_dict({k: v.float() for k, v in load_state_dict(tiny_en_dir).items()})
+    torch.manual_seed(0)
+    mel = torch.randn(2, 80, 3000) * 0.5
+    tokens = torch.tensor([[50257, 50363, 383, 2068, 7586], [50257, 50362, 314, 716, 257]])
+    _compare(hf_model, ours, mel, tokens, slots=[0, 1])
+
+
+def test_half_precision_runs_close_to_float32() -> None:
+    hf_model = _hf_model(80, 51864, seed=3)
+    ours = _ours(hf_model)
+    mel = torch.randn(1, 80, 3000)
+    tokens = torch.randint(0, 51864, (1, 4))
+    with torch.no_grad():
+        ref = hf_model(input_features=mel, decoder_input_ids=tokens).logits[:, -1]
+    half = _ours(hf_model).to(torch.bfloat16)
+    cache = DecoderCache.allocate(half.dims, 1, "cpu", torch.bfloat16)
+    with torch.no_grad():
+        half.write_cross_kv(cache, half.encoder(mel.bfloat16()), torch.tensor([0]))
+        for t in range(4):
+            logits = half.decode_step(cache, tokens[:, t], torch.tensor([t]))
+    assert logits.dtype == torch.float32
+    assert _rel(logits, ref) < 3e-2
