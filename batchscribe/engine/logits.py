@@ -1,0 +1,116 @@
+"""openai/whisper's logit rules as tensor operations over per-row state.
+
+The rules and their order are openai/whisper `decoding.py`'s (SuppressBlank, SuppressTokens,
+ApplyTimestampRules) and transformers' (SuppressTokensAtBegin, SuppressTokens,
+WhisperTimeStampLogitsProcessor). Where those loop over rows in Python and read token lists on the
+host, this module reads the same facts from tensors (the row's token buffer, where its sampling began,
+the last timestamp it sampled), so a whole step can run inside a CUDA graph with no host sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """Token ids the rules need, all read from the tokenizer by the caller."""
+
+    n_vocab: int
+    eot: int
+    no_timestamps: int
+    timestamp_begin: int
+    suppress: tuple[int, ...]  # always suppressed (SuppressTokens)
+    blank: tuple[int, ...]  # suppressed at the first sampled position (SuppressBlank)
+    timestamps: bool  # ApplyTimestampRules on (off in without-timestamps mode)
+    max_initial_timestamp_index: int | None  # 50 for 1.0 s; None: unbounded
+
+
+class LogitRules:
+    """Builds the rule masks once on a device and applies them to a batch of rows."""
+
+    def __init__(self, spec: RuleSpec, device: torch.device | str):
+        self.spec = spec
+        vocab = torch.arange(spec.n_vocab, device=device)
+        self.is_timestamp = vocab >= spec.timestamp_begin  # [V]
+        self.is_text = ~self.is_timestamp  # [V]: text and special tokens below <|0.00|>
+        self.below_eot = vocab < spec.eot  # [V]
+        self.vocab = vocab
+        self.suppress = torch.zeros(spec.n_vocab, dtype=torch.bool, device=device)
+        self.suppress[list(spec.suppress)] = True
+        self.blank = torch.zeros(spec.n_vocab, dtype=torch.bool, device=device)
+        self.blank[list(spec.blank)] = True
+        initial_limit = spec.n_vocab
+        if spec.max_initial_timestamp_index is not None:
+            initial_limit = spec.timestamp_begin + spec.max_initial_timestamp_index + 1
+        # At the first sampled position: only timestamps up to the max initial one.
+        self.initial_forbidden = self.is_text | (vocab >= initial_limit)  # [V]
+
+    def apply(
+        self,
+        logits: torch.Tensor,  # [B, V] float32, modified and returned
+        tokens: torch.Tensor,  # [B, n_text_ctx] long: each row's prompt and sampled tokens
+        next_pos: torch.Tensor,  # [B] long: position of the token being chosen
+        sample_begin: torch.Tensor,  # [B] long: position of the first sampled token
+        last_timestamp: torch.Tensor,  # [B] long: last sampled timestamp token, -1 if none
+    ) -> torch.Tensor:
+        n_sampled = next_pos - sample_begin  # [B] tokens sampled so far
+        at_begin = (n_sampled == 0)[:, None]  # [B, 1]
+        logits.masked_fill_(at_begin & self.blank, NEG_INF)  # SuppressBlank
+        logits.masked_fill_(self.suppress, NEG_INF)  # SuppressTokens
+        if self.spec.timestamps:
+            self._timestamp_rules(logits, tokens, next_pos, n_sampled, at_begin, last_timestamp)
+        return logits
+
+    def _timestamp_rules(self, logits, tokens, next_pos, n_sampled, at_begin, last_timestamp) -> None:
+        spec = self.spec
+        logits[:, spec.no_timestamps] = NEG_INF
+        ctx = tokens.shape[1]
+        last = tokens.gather(1, (next_pos - 1).clamp(0, ctx - 1)[:, None]).squeeze(1)
+        penult = tokens.gather(1, (next_pos - 2).clamp(0, ctx - 1)[:, None]).squeeze(1)
+        last_was_ts = (n_sampled >= 1) & (last >= spec.timestamp_begin)  # [B]
+        penult_was_ts = (n_sampled < 2) | (penult >= spec.timestamp_begin)  # [B]
+
+        # Timestamps come in pairs, except directly before end-of-text.
+        pair_done = (last_was_ts & penult_was_ts)[:, None]
+        pair_open = (last_was_ts & ~penult_was_ts)[:, None]
+        logits.masked_fill_(pair_done & self.is_timestamp, NEG_INF)
+        logits.masked_fill_(pair_open & self.below_eot, NEG_INF)
+
+        # Timestamps never decrease, and a closed segment must have non-zero length.
+        has_ts = last_timestamp >= 0
+        floor = torch.where(pair_open.squeeze(1), last_timestamp, last_timestamp + 1)
+        floor = torch.where(has_ts, floor, torch.full_like(floor, spec.timestamp_begin))
+        logits.masked_fill_(self.is_timestamp & (self.vocab[None, :] < floor[:, None]), NEG_INF)
+
+        # The first sampled token is a timestamp no later than max_initial_timestamp.
+        logits.masked_fill_(at_begin & self.initial_forbidden, NEG_INF)
+
+        # If timestamps together outweigh every single text token, sample a timestamp.
+        logprobs = torch.log_softmax(logits, dim=-1)
+        ts_mass = logprobs.masked_fill(self.is_text, NEG_INF).logsumexp(dim=-1)  # [B]
+        best_text = logprobs.masked_fill(self.is_timestamp, NEG_INF).amax(dim=-1)  # [B]
+        logits.masked_fill_((ts_mass > best_text)[:, None] & self.is_text, NEG_INF)
+
+
+def select_tokens(
+    logits: torch.Tensor,  # [B, V] float32 after the rules
+    temperature: torch.Tensor,  # [B] float32; 0 is greedy
+    generator: torch.Generator | None,
+    sample: bool,  # host-known: does any row have temperature > 0?
+) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B] long, their log-probabilities [B]
+    """Greedy or temperature sampling per row; the logprob is of the untempered distribution,
+    as openai GreedyDecoder.update computes it."""
+    chosen = logits.argmax(dim=-1)
+    if sample:
+        # Gumbel-max draws from softmax(logits / T) without a data-dependent multinomial.
+        u = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-20, 1.0)
+        gumbel = -torch.log(-torch.log(u))
+        scaled = logits / temperature.clamp(min=1e-6)[:, None] + gumbel
+        chosen = torch.where(temperature > 0, scaled.argmax(dim=-1), chosen)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return chosen, logprobs.gather(1, chosen[:, None]).squeeze(1)
