@@ -1,0 +1,250 @@
+"""Whisper's tokenizer: a `tokenizers.Tokenizer` (tokenizer.json) plus the special ids decoding needs.
+
+Every special id is read from the vocabulary, never hard-coded: the ids move between vocabularies
+(the first timestamp token is 50363 for tiny.en, 50364 for multilingual base, 50365 for large-v3).
+The rules that build suppress lists and sot sequences follow openai/whisper (`tokenizer.py`,
+`decoding.py`), so the ids equal openai's for the same model.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from functools import cached_property
+from pathlib import Path
+
+import tokenizers
+
+from batchscribe.model.languages import LANGUAGES, language_code, language_name
+
+# openai's vocabularies: 51864 ids for English-only models, 51865 (99 languages) or 51866
+# (100 languages, large-v3) for multilingual ones.
+_FIRST_MULTILINGUAL_VOCAB = 51865
+_N_TIMESTAMPS = 1501  # <|0.00|> .. <|30.00|> in steps of 0.02 s
+
+# Symbols whose tokens openai suppresses with suppress_tokens="-1": speaker tags, music notes and
+# bracketed annotations ("[MUSIC]", "(laughs)") that are not speech; plain punctuation stays allowed.
+_NON_SPEECH_SYMBOLS: tuple[str, ...] = (
+    *'"#()*+/:;<=>@[\\]^_`{|}~「」『』',
+    *"<< >> <<< >>> -- --- -( -[ (' (\" (( )) ((( ))) [[ ]] {{ }} ♪♪ ♪♪♪".split(),
+)
+# U+2640..U+267F music symbols: when one spans several tokens, suppressing its first token is safe
+# because all of them share their first two UTF-8 bytes (openai's reasoning, same rule).
+_MUSIC_SYMBOLS: tuple[str, ...] = tuple("♩♪♫♬♭♮♯")
+
+_LANGUAGE_TOKEN = re.compile(r"<\|([a-z]{2,3})\|>")
+# Older English-only vocabularies (tiny.en's) spell Hebrew with the retired ISO code "iw".
+_LEGACY_CODES = {"iw": "he"}
+_TASKS = ("transcribe", "translate")
+
+
+class TokenizerError(ValueError):
+    """A tokenizer.json that cannot serve Whisper decoding, or a language/task it cannot encode."""
+
+
+class Tokenizer:
+    """Whisper token ids and text <-> token conversion (openai semantics, HF tokenizer.json)."""
+
+    def __init__(
+        self,
+        inner: tokenizers.Tokenizer,
+        *,
+        multilingual: bool | None = None,
+        source: str = "tokenizer.json",
+    ) -> None:
+        self._inner = inner
+        self._source = source
+        self.n_vocab: int = inner.get_vocab_size(with_added_tokens=True)
+
+        self.eot = self._special("<|endoftext|>")
+        self.sot = self._special("<|startoftranscript|>")
+        self.sot_prev = self._special("<|startofprev|>")
+        self.sot_lm = self._special("<|startoflm|>")
+        self.transcribe = self._special("<|transcribe|>")
+        self.translate = self._special("<|translate|>")
+        self.no_timestamps = self._special("<|notimestamps|>")
+        # openai renamed <|nocaptions|> to <|nospeech|>; older tokenizer.json files keep the old name.
+        self.no_speech = self._special("<|nospeech|>", "<|nocaptions|>")
+        self.timestamp_begin = self._timestamp_begin()
+
+        # Language tokens sit between <|startoftranscript|> and <|translate|>, in LANGUAGES order.
+        # English-only vocabularies (tiny.en) still hold them; the model never uses them.
+        self.language_tokens: dict[str, int] = {}
+        for token_id in range(self.sot + 1, self.translate):
+            match = _LANGUAGE_TOKEN.fullmatch(inner.id_to_token(token_id) or "")
+            code = _LEGACY_CODES.get(match.group(1), match.group(1)) if match else None
+            if code in LANGUAGES:
+                self.language_tokens[code] = token_id
+
+        # The vocabulary size is the reliable signal: tiny.en's vocabulary has language tokens too.
+        self.is_multilingual: bool = (
+            self.n_vocab >= _FIRST_MULTILINGUAL_VOCAB if multilingual is None else multilingual
+        )
+        if self.is_multilingual and not self.language_tokens:
+            raise TokenizerError(
+                f"{source}: multilingual model but no <|xx|> language tokens between "
+                f"<|startoftranscript|> ({self.sot}) and <|translate|> ({self.translate})"
+            )
+
+    @classmethod
+    def from_folder(cls, path: str | Path, *, multilingual: bool | None = None) -> Tokenizer:
+        """Load `path/tokenizer.json`; `multilingual` overrides detection from the vocabulary size."""
+        file = Path(path) / "tokenizer.json"
+        if not file.is_file():
+            raise TokenizerError(
+                f"{file} does not exist; pass a Hugging Face Whisper model folder "
+                "(convert CTranslate2 folders with batchscribe.model.loading.resolve_model)"
+            )
+        return cls(tokenizers.Tokenizer.from_file(str(file)), multilingual=multilingual, source=str(file))
+
+    # -- special ids ---------------------------------------------------------------------------
+
+    def _special(self, *names: str) -> int:
+        for name in names:
+            token_id = self._inner.token_to_id(name)
+            if token_id is not None:
+                return token_id
+        raise TokenizerError(
+            f"{self._source} has no {' or '.join(names)} token; it is not a Whisper tokenizer"
+        )
+
+    def _timestamp_begin(self) -> int:
+        first = self._inner.token_to_id("<|0.00|>")
+        last = self._inner.token_to_id("<|30.00|>")
+        if first is None:
+            raise TokenizerError(
+                f"{self._source} lacks the timestamp tokens <|0.00|>..<|30.00|>; CTranslate2 "
+                "packages ship it that way: load the model through batchscribe.model.loading "
+                "(it adds the 1501 tokens after <|notimestamps|>)"
+            )
+        # The logit rules treat every id >= timestamp_begin as a timestamp: they must be contiguous.
+        if last != first + _N_TIMESTAMPS - 1:
+            raise TokenizerError(
+                f"{self._source}: timestamp tokens are not contiguous (<|0.00|>={first}, "
+                f"<|30.00|>={last}, expected {first + _N_TIMESTAMPS - 1}); regenerate tokenizer.json"
+            )
+        return first
+
+    # -- language and task ---------------------------------------------------------------------
+
+    def language_code(self, language: str) -> str:
+        """Validate a code ("en") or English name ("English") against this vocabulary's languages."""
+        code = language_code(language)
+        if code is None or code not in self.language_tokens:
+            valid = ", ".join(self.language_tokens) or "en"
+            raise TokenizerError(f"language {language!r} is not supported by this model; use one of: {valid}")
+        return code
+
+    def language_name(self, code: str) -> str:
+        return language_name(code)
+
+    def sot_sequence(
+        self, language: str | None = None, task: str = "transcribe", without_timestamps: bool = False
+    ) -> tuple[int, ...]:
+        """The forced decoder prefix, as openai's Tokenizer.sot_sequence (+ <|notimestamps|>).
+
+        English-only models: (sot,). Multilingual: (sot, language, task); with language=None the
+        language token is left out, as openai does (detect the language first to decode).
+        """
+        if task not in _TASKS:
+            raise TokenizerError(f"task {task!r} is not supported; use 'transcribe' or 'translate'")
+        sequence = [self.sot]
+        if self.is_multilingual:
+            if language is not None:
+                sequence.append(self.language_tokens[self.language_code(language)])
+            sequence.append(self.transcribe if task == "transcribe" else self.translate)
+        else:
+            if language is not None and language_code(language) != "en":
+                raise TokenizerError(
+                    f"language {language!r} cannot be decoded by an English-only model; "
+                    "use a multilingual model (e.g. 'base') or language='en'"
+                )
+            if task != "transcribe":
+                raise TokenizerError(
+                    "task 'translate' needs a multilingual model (e.g. 'base'); "
+                    "English-only models only transcribe"
+                )
+        if without_timestamps:
+            sequence.append(self.no_timestamps)
+        return tuple(sequence)
+
+    # -- text ----------------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids without the template's special tokens (tiktoken's byte-level BPE result)."""
+        return self._inner.encode(text, add_special_tokens=False).ids
+
+    def decode(self, tokens: Sequence[int]) -> str:
+        """Ids -> text, dropping every special and timestamp token (ids >= eot)."""
+        return self._inner.decode([t for t in tokens if t < self.eot], skip_special_tokens=False)
+
+    def decode_with_timestamps(self, tokens: Sequence[int]) -> str:
+        """Ids -> text with special and timestamp tokens written inline, e.g. "<|1.08|> Hello<|2.00|>"."""
+        parts: list[str] = []
+        run: list[int] = []
+        for token in tokens:
+            if token < self.eot:
+                run.append(token)
+                continue
+            if run:
+                parts.append(self._inner.decode(run, skip_special_tokens=False))
+                run = []
+            parts.append(self._inner.id_to_token(token) or f"<|id:{token}|>")
+        if run:
+            parts.append(self._inner.decode(run, skip_special_tokens=False))
+        return "".join(parts)
+
+    # -- suppression lists ---------------------------------------------------------------------
+
+    @cached_property
+    def _non_speech(self) -> tuple[int, ...]:
+        # Hyphen and apostrophe stay allowed between words, never at the start of one.
+        result = {self.encode(" -")[0], self.encode(" '")[0]}
+        for symbol in _NON_SPEECH_SYMBOLS + _MUSIC_SYMBOLS:
+            for ids in (self.encode(symbol), self.encode(" " + symbol)):
+                if len(ids) == 1 or symbol in _MUSIC_SYMBOLS:
+                    result.add(ids[0])
+        return tuple(sorted(result))
+
+    def non_speech_tokens(self) -> tuple[int, ...]:
+        """openai's non-speech set (what suppress_tokens="-1" adds), sorted."""
+        return self._non_speech
+
+    def suppress_token_ids(
+        self, spec: str | Sequence[int], model_suppress: Sequence[int] = ()
+    ) -> tuple[int, ...]:
+        """Resolve a suppress_tokens setting as openai DecodingTask._get_suppress_tokens does.
+
+        `spec` is "-1", "1,2,-1", "" or a sequence of ids. -1 stands for the non-speech set plus
+        the model's own list (generation_config suppress_tokens / CT2 suppress_ids). The task,
+        sot, sot_prev, sot_lm and no_speech tokens are always added; no_speech_prob is read from
+        the logits separately, so <|nospeech|> is never sampled.
+        """
+        ids = _parse_ids(spec) if isinstance(spec, str) else [int(t) for t in spec]
+        bad = [t for t in [*ids, *model_suppress] if t < -1 or t >= self.n_vocab]
+        if bad:
+            raise TokenizerError(
+                f"suppress_tokens {bad} are outside 0..{self.n_vocab - 1} (or -1 for the non-speech set)"
+            )
+        result = {t for t in ids if t >= 0}
+        if -1 in ids:
+            result.update(self.non_speech_tokens())
+            result.update(model_suppress)
+        result.update(
+            (self.transcribe, self.translate, self.sot, self.sot_prev, self.sot_lm, self.no_speech)
+        )
+        return tuple(sorted(result))
+
+    def blank_tokens(self) -> tuple[int, ...]:
+        """Suppressed at the first sampled position (openai SuppressBlank): a space and eot."""
+        return (*self.encode(" "), self.eot)
+
+
+def _parse_ids(spec: str) -> list[int]:
+    items = [item.strip() for item in spec.split(",") if item.strip()]
+    try:
+        return [int(item) for item in items]
+    except ValueError:
+        raise TokenizerError(
+            f"suppress_tokens {spec!r} is not a comma-separated list of token ids; e.g. '-1' or '-1,220'"
+        ) from None

