@@ -1,0 +1,187 @@
+"""Parallel audio decoding: SourceItems in, mono float32 16 kHz arrays out, in input order.
+
+Worker processes decode while the caller (the engine) computes; at most `prefetch` items are in
+flight, so memory stays bounded whatever the size of the input. A bad item is data, not an
+exception: its DecodedItem carries `error` and the stream goes on. Even a decoder that kills its
+process (a segfault in a native library, the OOM killer) costs only that item: the pool is
+replaced and the items that were in flight are retried one at a time to find the culprit.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from batchscribe.audio.sources import SourceItem
+
+# A decoder takes encoded bytes or a path and returns float32 mono 16 kHz samples. It must be a
+# module-level function so worker processes can unpickle it.
+Decoder = Callable[[bytes | str], np.ndarray]
+
+
+@dataclass(frozen=True)
+class DecodedItem:
+    """One item after decoding: `audio` ([n_samples] float32, 16 kHz) or `error`, never both."""
+
+    id: str
+    audio: np.ndarray | None  # [n_samples] float32 at 16 kHz; None when error is set
+    error: str | None  # "<id>: <what went wrong and how to fix it>"
+    text: str | None
+    extra: dict[str, Any] = field(default_factory=dict)
+    source_path: str | None = None
+
+
+def default_workers() -> int:
+    """One process per core, leaving one core for the main process (at least one worker)."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def decode_stream(
+    items: Iterable[SourceItem],
+    workers: int | None = None,
+    prefetch: int = 64,
+    decoder: Decoder | None = None,
+) -> Iterator[DecodedItem]:
+    """Decode `items` in `workers` processes (None: `default_workers()`; 0: inline, in this process).
+
+    Results come out in input order. At most `prefetch` items are submitted and not yet yielded;
+    `items` is pulled only as room frees up, so it may be an endless stream. `decoder` replaces
+    `batchscribe.audio.decode.decode_audio` (a module-level function; for tests and plug-ins).
+    """
+    if prefetch < 1:
+        raise ValueError(f"prefetch={prefetch} must be >= 1")
+    workers = default_workers() if workers is None else workers
+    if workers < 0:
+        raise ValueError(f"workers={workers} must be >= 0 (0 decodes inline)")
+    if workers == 0:
+        for item in items:
+            yield _finish(item, _decode_one(item, decoder))
+        return
+    yield from _decode_pooled(items, workers, prefetch, decoder)
+
+
+def _decode_pooled(
+    items: Iterable[SourceItem], workers: int, prefetch: int, decoder: Decoder | None
+) -> Iterator[DecodedItem]:
+    pool = _new_pool(workers)
+    pending: deque[tuple[SourceItem, Future[tuple[np.ndarray | None, str | None]]]] = deque()
+    try:
+        source = iter(items)
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < prefetch:
+                item = next(source, None)
+                if item is None:
+                    exhausted = True
+                    break
+                try:
+                    pending.append((item, pool.submit(_decode_one, item, decoder)))
+                except BrokenProcessPool:  # the pool died since the last check; recover below
+                    pending.append((item, _broken_future()))
+            if not pending:
+                return
+            item, future = pending.popleft()
+            try:
+                result = future.result()
+            except BrokenProcessPool:
+                pending.appendleft((item, future))
+                pool.shutdown(wait=True, cancel_futures=True)
+                yield from _isolate(pending, decoder)
+                pool = _new_pool(workers)
+                continue
+            except Exception as exc:  # e.g. an item that cannot be pickled to a worker
+                result = (None, f"{type(exc).__name__}: {exc}")
+            yield _finish(item, result)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _isolate(
+    pending: deque[tuple[SourceItem, Future[tuple[np.ndarray | None, str | None]]]],
+    decoder: Decoder | None,
+) -> Iterator[DecodedItem]:
+    """After a worker died: keep finished results, retry the rest one at a time, in order.
+
+    One item per pool at a time means a second death can only be that item's fault, so the error
+    lands on the right id and every other in-flight item still gets decoded.
+    """
+    pool = _new_pool(1)
+    try:
+        while pending:
+            item, future = pending.popleft()
+            if future.done() and not future.cancelled() and future.exception() is None:
+                yield _finish(item, future.result())
+                continue
+            try:
+                result = pool.submit(_decode_one, item, decoder).result()
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = _new_pool(1)
+                result = (None, (
+                    "the decoder process died while decoding this item (a crash in a native "
+                    "decoder, or out of memory); the audio is probably corrupt: re-encode it "
+                    "(e.g. ffmpeg -i IN -ar 16000 -ac 1 OUT.flac) or drop it"
+                ))
+            yield _finish(item, result)
+    finally:
+        pool.shutdown(wait=True)
+
+
+def _new_pool(workers: int) -> ProcessPoolExecutor:
+    # NOTE: never fork: the parent may hold CUDA state or threads (torch, datasets) that a forked
+    # child would inherit half-locked. forkserver (Linux) and spawn start clean interpreters.
+    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
+
+
+def _broken_future() -> Future[tuple[np.ndarray | None, str | None]]:
+    future: Future[tuple[np.ndarray | None, str | None]] = Future()
+    future.set_exception(BrokenProcessPool("the decoder pool was already broken"))
+    return future
+
+
+def _decode_one(item: SourceItem, decoder: Decoder | None) -> tuple[np.ndarray | None, str | None]:
+    """Runs in a worker: (audio [n_samples] float32, None) or (None, reason)."""
+    if decoder is None:
+        from batchscribe.audio.decode import decode_audio
+
+        decoder = decode_audio
+    data: bytes | str | None = item.audio_bytes if item.audio_bytes is not None else item.path
+    if data is None:
+        return None, "no audio: the audio cell is empty (no bytes and no path); fix or drop the row"
+    try:
+        audio = decoder(data)
+    except Exception as exc:  # a bad item must never stop the stream, whatever the decoder raises
+        return None, _reason(exc)
+    return np.ascontiguousarray(audio, dtype=np.float32), None
+
+
+def _reason(exc: Exception) -> str:
+    try:
+        from batchscribe.audio.decode import AudioDecodeError
+    except ImportError:  # a custom decoder without the package's decode module
+        return f"{type(exc).__name__}: {exc}"
+    # AudioDecodeError's message already names the problem and the fix; anything else is
+    # unexpected, so keep its type for the bug report.
+    return str(exc) if isinstance(exc, AudioDecodeError) else f"{type(exc).__name__}: {exc}"
+
+
+def _finish(item: SourceItem, result: tuple[np.ndarray | None, str | None]) -> DecodedItem:
+    audio, reason = result
+    return DecodedItem(
+        id=item.id,
+        audio=audio,
+        error=None if reason is None else f"{item.id}: {reason}",
+        text=item.text,
+        extra=item.extra,
+        source_path=item.path,
+    )
