@@ -1,0 +1,124 @@
+"""The decoding pool: input order, bad items as error records, bounded prefetch, worker crashes.
+
+Real decoding is checked against soundfile reading the same FLAC bytes; the ordering, bounding
+and crash tests use tiny module-level decoders (workers import them by name).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+
+from batchscribe.audio.pool import DecodedItem, decode_stream
+from batchscribe.audio.sources import SourceItem
+
+TEST_OTHER = "librispeech/test-other-subset-00000-of-00001.parquet"
+CRASH = b"crash me"
+
+
+def _bytes_decoder(data: bytes | str) -> np.ndarray:
+    """Narrow stand-in: the payload bytes as samples; raises on b"bad", kills its process on CRASH."""
+    if data == CRASH:
+        os.kill(os.getpid(), signal.SIGSEGV)  # what a crashing native decoder does to a worker
+    if data == b"bad":
+        raise ValueError("undecodable payload")
+    assert isinstance(data, bytes)
+    return np.frombuffer(data, dtype=np.uint8).astype(np.float32)
+
+
+def _items(payloads: list[bytes]) -> list[SourceItem]:
+    return [SourceItem(f"item{i}", p, None, f"text{i}", {"n": i}) for i, p in enumerate(payloads)]
+
+
+@pytest.fixture(scope="module")
+def flac_rows(shared_data: Path) -> list[dict]:
+    table = pq.ParquetFile(shared_data / TEST_OTHER).read_row_group(0, columns=["id", "audio", "text"])
+    return table.slice(0, 8).to_pylist()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int) -> None:
+    pytest.importorskip("batchscribe.audio.decode")
+    items = [SourceItem(r["id"], r["audio"]["bytes"], r["audio"]["path"], r["text"], {}) for r in flac_rows]
+    items[2] = SourceItem("garbage", b"\x00not audio at all" * 50, None, None, {})
+    items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
+    items[6] = SourceItem("missing-file", None, str(tmp_path / "nowhere.flac"), None, {})
+    items.append(SourceItem("no-audio", None, None, None, {}))
+
+    out = list(decode_stream(items, workers=workers, prefetch=3))
+
+    assert [d.id for d in out] == [i.id for i in items]
+    bad = {"garbage", "truncated-header", "missing-file", "no-audio"}
+    for item, dec in zip(items, out):
+        if item.id in bad:
+            assert dec.audio is None and dec.error is not None and dec.error.startswith(f"{item.id}: ")
+            continue
+        assert dec.error is None and dec.text == item.text and dec.source_path == item.path
+        reference, rate = sf.read(io.BytesIO(item.audio_bytes or b""), dtype="float32")
+        assert rate == 16000
+        assert dec.audio is not None and dec.audio.dtype == np.float32 and dec.audio.shape == reference.shape
+        np.testing.assert_allclose(dec.audio, reference, atol=1e-6)
+
+
+def test_order_and_errors_inline_equals_pooled() -> None:
+    payloads = [bytes([i]) * (i % 5 + 1) for i in range(30)]
+    payloads[11] = b"bad"
+    pooled = list(decode_stream(_items(payloads), workers=2, prefetch=5, decoder=_bytes_decoder))
+    inline = list(decode_stream(_items(payloads), workers=0, decoder=_bytes_decoder))
+    for got in (pooled, inline):
+        assert [d.id for d in got] == [f"item{i}" for i in range(30)]
+        assert got[11].audio is None and got[11].error == "item11: ValueError: undecodable payload"
+        for i, d in enumerate(got):
+            if i != 11:
+                assert d.error is None and d.audio is not None
+                np.testing.assert_array_equal(d.audio, np.frombuffer(payloads[i], np.uint8).astype(np.float32))
+                assert d.extra == {"n": i} and d.text == f"text{i}"
+
+
+def test_worker_crash_costs_only_that_item() -> None:
+    payloads = [bytes([i]) * 4 for i in range(12)]
+    payloads[5] = CRASH
+    out = list(decode_stream(_items(payloads), workers=2, prefetch=4, decoder=_bytes_decoder))
+    assert [d.id for d in out] == [f"item{i}" for i in range(12)]
+    assert out[5].audio is None and out[5].error is not None
+    assert out[5].error.startswith("item5: the decoder process died")
+    assert all(d.error is None for i, d in enumerate(out) if i != 5)
+
+
+def test_prefetch_bounds_items_in_flight() -> None:
+    pulled = 0
+
+    def source() -> Iterator[SourceItem]:
+        nonlocal pulled
+        for item in _items([bytes([i]) for i in range(40)]):
+            pulled += 1
+            yield item
+
+    prefetch = 6
+    seen_ahead = []
+    stream: Iterator[DecodedItem] = decode_stream(source(), workers=1, prefetch=prefetch, decoder=_bytes_decoder)
+    for k, _ in enumerate(stream):
+        seen_ahead.append(pulled - k)  # items pulled but not yet handed to the caller (incl. this one)
+    assert max(seen_ahead) == prefetch
+    assert len(seen_ahead) == 40
+
+
+def test_early_close_shuts_down() -> None:
+    stream = decode_stream(_items([b"x"] * 100), workers=2, prefetch=8, decoder=_bytes_decoder)
+    assert next(stream).id == "item0"
+    stream.close()  # must not hang or leave the pool running
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="prefetch=0"):
+        list(decode_stream([], workers=1, prefetch=0))
+    with pytest.raises(ValueError, match="workers=-1"):
+        list(decode_stream([], workers=-1))
