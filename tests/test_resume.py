@@ -56,13 +56,13 @@ def test_shard_renamed_but_manifest_line_lost_is_adopted(tmp_path: Path) -> None
     state = open_output(tmp_path, "jsonl")
     assert state.completed == {"u0", "u1", "u2", "u3"}
     assert state.next_index == 2
-    lines = (tmp_path / "_manifest.jsonl").read_text().splitlines()
+    lines = (tmp_path / "_manifest.ndjson").read_text().splitlines()
     assert [json.loads(x)["shard"] for x in lines] == ["records-00000.jsonl", "records-00001.jsonl"]
 
 
 def test_torn_manifest_line_is_dropped_and_rewritten(tmp_path: Path) -> None:
     commit(tmp_path, [rec(0), rec(1), rec(2), rec(3)])
-    manifest = tmp_path / "_manifest.jsonl"
+    manifest = tmp_path / "_manifest.ndjson"
     whole = manifest.read_bytes()
     manifest.write_bytes(whole[: len(whole) - 20])  # the second line cut mid-write
     state = open_output(tmp_path, "jsonl")
@@ -124,7 +124,7 @@ def test_ids_never_become_paths(tmp_path: Path) -> None:
             {"id": "/etc/passwd", "error": "x", "duration": None}]
     commit(out, evil)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
-    assert sorted(p.name for p in out.iterdir()) == ["_manifest.jsonl", "records-00000.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.ndjson", "records-00000.jsonl"]
     assert read_shard(out / "records-00000.jsonl") == evil
 
 
@@ -136,7 +136,7 @@ def test_machines_sharing_a_directory_use_disjoint_names(tmp_path: Path) -> None
         w.add(rec(index))
         w.flush()
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["_manifest-records-part00000of00002.jsonl",
-                     "_manifest-records-part00001of00002.jsonl",
+    assert names == ["_manifest-records-part00000of00002.ndjson",
+                     "_manifest-records-part00001of00002.ndjson",
                      "records-part00000of00002-00000.jsonl", "records-part00001of00002-00000.jsonl"]
     assert open_output(tmp_path, "jsonl", resume.output_prefix(2, 1)).completed == {"u1"}

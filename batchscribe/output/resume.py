@@ -1,6 +1,6 @@
 """Exactly-once output: what an output directory already holds, and whether a run may continue it.
 
-The committed shard files are the truth; `_manifest.jsonl` is an index of them (one line per shard:
+The committed shard files are the truth; `_manifest.ndjson` is an index of them (one line per shard:
 its file name, ids and counts), appended and fsynced right after each shard's rename. A crash
 between the rename and the manifest line leaves a committed shard the manifest lacks; `open_output`
 reads its ids back and repairs the manifest, so no record is written twice. A torn last manifest
@@ -80,7 +80,7 @@ def output_prefix(num_shards: int = 1, shard_index: int = 0) -> str:
 
 
 def manifest_name(prefix: str) -> str:
-    return "_manifest.jsonl" if prefix == "records" else f"_manifest-{prefix}.jsonl"
+    return "_manifest.ndjson" if prefix == "records" else f"_manifest-{prefix}.ndjson"
 
 
 def summary_name(prefix: str) -> str:
@@ -129,7 +129,7 @@ def _shard_pattern(prefix: str) -> re.Pattern[str]:
 
 
 def _our_files(directory: Path) -> list[Path]:
-    names = re.compile(r"^(records(-part\d+of\d+)?-\d{5,}\.(jsonl|parquet)|_manifest(-.*)?\.jsonl"
+    names = re.compile(r"^(records(-part\d+of\d+)?-\d{5,}\.(jsonl|parquet)|_manifest(-.*)?\.ndjson"
                        r"|run_config\.json|summary(-.*)?\.json|\..*\.tmp)$")
     return [p for p in directory.iterdir() if p.is_file() and names.match(p.name)]
 

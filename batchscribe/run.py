@@ -1,0 +1,356 @@
+"""The `run` pipeline: sources -> decode pool -> transcriber -> shard writers, exactly once.
+
+A decode failure becomes an error record here and never reaches the model. Items whose ids an
+earlier run into the same directory already committed are skipped before decoding, so a resumed
+run redoes only what was in flight when the last one stopped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+import batchscribe
+from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
+from batchscribe.config import ConfigError, DecodeOptions
+from batchscribe.output.resume import (
+    OutputState,
+    check_run_config,
+    open_output,
+    output_prefix,
+    summary_name,
+    write_run_config,
+)
+from batchscribe.output.writers import (
+    CORE_FIELDS,
+    FORMATS,
+    OutputFormat,
+    ShardWriter,
+    hostname,
+    package_versions,
+    write_summary,
+)
+
+
+class TooManyErrors(RuntimeError):
+    """More item errors than --max-errors; the records written so far are committed."""
+
+
+class TranscriberLike(Protocol):
+    model_info: Any
+
+    def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    model: str = "tiny.en"
+    device: str = "auto"
+    dtype: str | None = None
+    batch_size: int = 16
+    cache_dir: Path | None = None
+    decode: DecodeOptions = field(default_factory=DecodeOptions)
+    source: SourceOptions = field(default_factory=SourceOptions)
+    format: OutputFormat = "jsonl"
+    workers: int | None = None  # decode processes; None: the pool's default
+    prefetch: int | None = None  # decoded items queued ahead of the model; None: pool default
+    max_errors: int | None = None  # stop (exit 1) once errors in the directory exceed this
+    shard_size: int = 1000  # records per shard file
+    commit_seconds: float = 60.0  # a partly filled shard is committed after this long
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ConfigError(f"format={self.format!r} is not supported; use one of {', '.join(FORMATS)}")
+        if self.max_errors is not None and self.max_errors < 0:
+            raise ConfigError(f"max_errors={self.max_errors} is negative; use a count >= 0")
+        if self.shard_size < 1:
+            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
+        if self.workers is not None and self.workers < 0:
+            raise ConfigError(f"workers={self.workers} is negative; use 0 (in-process) or more")
+        clash = [c for c in self.source.passthrough if c in CORE_FIELDS]
+        if clash:
+            raise ConfigError(
+                f"passthrough column(s) {', '.join(clash)} would overwrite record fields "
+                f"({', '.join(CORE_FIELDS)}); pass other columns, or rename them in the source"
+            )
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """Counts for this session; `total` is the expected item count when it is known cheaply."""
+
+    done: int
+    ok: int
+    errors: int
+    skipped: int  # already committed by an earlier run
+    audio_seconds: float
+    elapsed_s: float
+    total: int | None
+
+    @property
+    def rtfx(self) -> float:
+        return self.audio_seconds / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class RunResult:
+    output_dir: Path
+    summary: dict[str, Any]
+    shards: tuple[str, ...]  # shard files committed by this session
+
+
+TranscriberFactory = Callable[[RunOptions], TranscriberLike]
+ProgressCallback = Callable[[RunProgress], None]
+
+
+def default_transcriber(opts: RunOptions) -> TranscriberLike:
+    from batchscribe.api import Transcriber
+
+    return Transcriber(model=opts.model, device=opts.device, dtype=opts.dtype,
+                       batch_size=opts.batch_size, cache_dir=opts.cache_dir, decode=opts.decode)
+
+
+def run_config(inputs: Sequence[str], opts: RunOptions) -> dict[str, Any]:
+    """What pins a directory's records; see resume.IDENTITY_KEYS for the keys that must match."""
+    src = opts.source
+    return {
+        "model": opts.model,
+        "decode_options": dataclasses.asdict(opts.decode),
+        "format": opts.format,
+        "inputs": [_canonical_input(i) for i in inputs],
+        "source_options": {"audio_column": src.audio_column, "id_column": src.id_column,
+                           "text_column": src.text_column, "passthrough": list(src.passthrough),
+                           "config": src.config, "split": src.split},
+        "num_shards": src.num_shards,
+        "batchscribe_version": batchscribe.__version__,
+    }
+
+
+def _canonical_input(inp: str) -> str:
+    path = Path(inp).expanduser()
+    return str(path.resolve()) if path.exists() else inp
+
+
+def run(
+    inputs: Sequence[str],
+    output_dir: Path | str,
+    opts: RunOptions = RunOptions(),
+    transcriber_factory: TranscriberFactory | None = None,
+    progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Transcribe `inputs` into `output_dir`, resuming what an earlier run there left undone.
+
+    Raises SourceError / ConfigError / ResumeConflictError / model errors before any record is
+    written when the run cannot start, and TooManyErrors (after committing) past `max_errors`.
+    """
+    output_dir = Path(output_dir)
+    start_wall, start_time = time.monotonic(), _now()
+    prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
+    state = open_output(output_dir, opts.format, prefix, overwrite=opts.overwrite)
+    config = run_config(inputs, opts)
+    check_run_config(output_dir, config)
+    items = iter_source(inputs, opts.source)  # input paths are checked here, before the model loads
+    transcriber = (transcriber_factory or default_transcriber)(opts)
+    model_info = _jsonable(getattr(transcriber, "model_info", None))
+    write_run_config(output_dir, {**config, "model_info": model_info})
+
+    writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
+                         opts.commit_seconds, on_commit=state.on_commit)
+    sink = _Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source),
+                 progress)
+    status = "interrupted"
+    try:
+        _pipeline(items, transcriber, sink, opts)
+        status = "stopped: too many errors" if sink.stop else "complete"
+    finally:
+        try:
+            writer.flush()  # finished records are valid whatever stopped the run
+        finally:
+            summary = _summary(inputs, opts, state, sink, model_info, start_wall, start_time, status)
+            write_summary(output_dir, summary, summary_name(prefix))
+    if sink.stop:
+        raise TooManyErrors(
+            f"{sink.total_errors} item errors exceed --max-errors {opts.max_errors}; the run stopped "
+            f"after committing {summary['items']} records to {output_dir}. Look at the 'error' "
+            f"field of the failed records, fix the input, then rerun (completed ids are skipped)."
+        )
+    return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _Sink,
+              opts: RunOptions) -> None:
+    from batchscribe.audio.pool import decode_stream
+
+    todo = sink.skip_completed(items)
+    pool_kwargs: dict[str, Any] = {}
+    if opts.workers is not None:
+        pool_kwargs["workers"] = opts.workers
+    if opts.prefetch is not None:
+        pool_kwargs["prefetch"] = opts.prefetch
+    decoded = decode_stream(todo, **pool_kwargs)
+    pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
+
+    def feed() -> Iterator[tuple[str, np.ndarray]]:
+        # NOTE: the transcriber may pull this generator from its own thread; sink is thread-safe.
+        for d in decoded:
+            if sink.stop:
+                return
+            if d.error is not None or d.audio is None:
+                sink.add(_error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
+                continue
+            pending[d.id] = (d.text, dict(d.extra))
+            yield d.id, d.audio
+
+    for rec in transcriber.transcribe_stream(feed()):
+        item_id = str(rec.get("id"))
+        if item_id not in pending:
+            raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
+        text, extra = pending.pop(item_id)
+        sink.add(_merge(rec, text, extra))
+    for item_id, (text, extra) in pending.items():
+        # Never lose an id: a transcriber that drops one yields an error record, not a gap.
+        sink.add(_error_record(item_id, "the transcriber returned no record for this item "
+                                        "(internal error); please report it", text, extra))
+
+
+def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"id": str(rec["id"])}
+    out.update((k, v) for k, v in rec.items() if k != "id")
+    if text is not None:
+        out["reference"] = text
+    out.update(extra)
+    return out
+
+
+def _error_record(item_id: str, error: str, text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
+    return _merge({"id": item_id, "error": error, "duration": None}, text, extra)
+
+
+class _Sink:
+    """Counts, writes and reports records; decides when --max-errors stops the run."""
+
+    def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
+                 start: float, total: int | None, progress: ProgressCallback | None) -> None:
+        self.writer, self.state, self.max_errors = writer, state, max_errors
+        self.start, self.total, self.progress = start, total, progress
+        self.prior_errors = int(state.totals()["errors"])
+        self.done = self.ok = self.errors = self.skipped = 0
+        self.audio_seconds = 0.0
+        self.stop = False
+        self._lock = threading.Lock()
+
+    @property
+    def total_errors(self) -> int:
+        return self.prior_errors + self.errors
+
+    def skip_completed(self, items: Iterable[SourceItem]) -> Iterator[SourceItem]:
+        completed = self.state.completed
+        for item in items:
+            if self.stop:
+                return
+            if item.id in completed:
+                self.skipped += 1
+                continue
+            yield item
+
+    def add(self, record: dict[str, Any]) -> None:
+        with self._lock:
+            self.writer.add(record)
+            self.done += 1
+            if record.get("error") is None:
+                self.ok += 1
+            else:
+                self.errors += 1
+                if self.max_errors is not None and self.total_errors > self.max_errors:
+                    self.stop = True
+            if isinstance(record.get("duration"), (int, float)):
+                self.audio_seconds += float(record["duration"])
+            snapshot = self.snapshot()
+        if self.progress is not None:
+            self.progress(snapshot)
+
+    def snapshot(self) -> RunProgress:
+        total = None if self.total is None else max(self.total - self.skipped, self.done)
+        return RunProgress(self.done, self.ok, self.errors, self.skipped, self.audio_seconds,
+                           time.monotonic() - self.start, total)
+
+
+def _estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
+    """Item count from Parquet footers / manifest lines when every input is such a file."""
+    import glob
+
+    count = 0
+    for inp in inputs:
+        paths = sorted(glob.glob(inp)) if any(c in inp for c in "*?[") else [inp]
+        for p in map(Path, paths):
+            if p.suffix == ".parquet" and p.is_file():
+                import pyarrow.parquet as pq
+
+                count += pq.ParquetFile(p).metadata.num_rows
+            elif p.suffix == ".jsonl" and p.is_file():
+                with open(p, "rb") as f:
+                    count += sum(1 for line in f if line.strip())
+            else:
+                return src.limit
+    if src.num_shards > 1:
+        count = -(-count // src.num_shards)  # hash split: about an even share
+    return count if src.limit is None else min(count, src.limit)
+
+
+def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: _Sink,
+             model_info: Any, start_wall: float, start_time: str, status: str) -> dict[str, Any]:
+    totals = state.totals()
+    wall = time.monotonic() - start_wall
+    session_seconds = sink.audio_seconds
+    return {
+        "batchscribe_version": batchscribe.__version__,
+        "status": status,
+        "items": int(totals["items"]),
+        "ok": int(totals["ok"]),
+        "errors": int(totals["errors"]),
+        "audio_hours": totals["audio_seconds"] / 3600.0,
+        "shards": int(totals["shards"]),
+        # This session only (a resumed run skips what earlier ones did):
+        "this_run": {"items": sink.done, "ok": sink.ok, "errors": sink.errors,
+                     "skipped_completed": sink.skipped,
+                     "audio_hours": session_seconds / 3600.0},
+        "wall_seconds": wall,
+        "rtfx": session_seconds / wall if wall > 0 else 0.0,
+        "start_time": start_time,
+        "end_time": _now(),
+        "model": {"name": opts.model, "info": model_info},
+        "options": {
+            "decode": dataclasses.asdict(opts.decode),
+            "device": opts.device, "dtype": opts.dtype, "batch_size": opts.batch_size,
+            "format": opts.format, "workers": opts.workers, "max_errors": opts.max_errors,
+            "source": {**dataclasses.asdict(opts.source), "passthrough": list(opts.source.passthrough)},
+        },
+        "inputs": [_canonical_input(i) for i in inputs],
+        "hostname": hostname(),
+        "packages": package_versions(),
+    }
+
+
+def _jsonable(obj: Any) -> Any:
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return str(obj)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

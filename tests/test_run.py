@@ -1,0 +1,204 @@
+"""The run pipeline: plumbing with a stand-in transcriber (narrow), then the real one end to end."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from batchscribe.audio.sources import SourceOptions
+from batchscribe.output.resume import ResumeConflictError
+from batchscribe.output.writers import read_shard
+from batchscribe.run import RunOptions, TooManyErrors, run
+
+DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
+
+
+class FakeTranscriber:
+    """Stands in for the model in plumbing tests only: echoes the sample count, out of order."""
+
+    model_info = {"name": "fake"}
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.fail_after = fail_after
+        self.seen: list[str] = []
+
+    def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
+        batch: list[tuple[str, np.ndarray]] = []
+        for item_id, audio in items:
+            self.seen.append(item_id)
+            batch.append((item_id, audio))
+            if len(batch) == 2:
+                yield from self._emit(batch[::-1])  # records need not come in input order
+                batch = []
+        yield from self._emit(batch)
+
+    def _emit(self, batch: list[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
+        for item_id, audio in batch:
+            if self.fail_after is not None and self.fail_after <= 0:
+                raise RuntimeError("simulated crash")
+            if self.fail_after is not None:
+                self.fail_after -= 1
+            yield {"id": item_id, "text": f" n={audio.shape[0]}", "language": "english",
+                   "duration": audio.shape[0] / 16000, "segments": []}
+
+
+def make_manifest(tmp_path: Path, n_copies: int = 2) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """Demo clips (copied n times under new ids), one corrupt file, one missing file."""
+    rows = [json.loads(line) for line in (DEMO / "manifest.jsonl").read_text().splitlines()]
+    out: list[dict[str, Any]] = []
+    for k in range(n_copies):
+        for r in rows:
+            out.append({"id": f"{r['id']}-{k}", "path": str(DEMO / r["path"]), "text": r["text"],
+                        "speaker": f"spk{k}"})
+    (tmp_path / "corrupt.flac").write_bytes(b"fLaC" + b"\x00" * 300)
+    out.append({"id": "corrupt", "path": str(tmp_path / "corrupt.flac"), "text": "x", "speaker": "s"})
+    out.append({"id": "missing", "path": str(tmp_path / "nope.wav"), "text": "y", "speaker": "s"})
+    manifest = tmp_path / "in.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in out))
+    return manifest, {r["id"]: r for r in out}
+
+
+def read_all(out: Path) -> list[dict[str, Any]]:
+    return [r for p in sorted(out.glob("records-*")) for r in read_shard(p)]
+
+
+def opts(**kw: Any) -> RunOptions:
+    src = SourceOptions(passthrough=("speaker",), **kw.pop("src", {}))
+    return RunOptions(source=src, workers=0, shard_size=2, **kw)
+
+
+def test_plumbing_errors_passthrough_and_summary(tmp_path: Path) -> None:
+    manifest, rows = make_manifest(tmp_path)
+    fake = FakeTranscriber()
+    result = run([str(manifest)], tmp_path / "out", opts(), lambda o: fake)
+    records = read_all(tmp_path / "out")
+    assert sorted(r["id"] for r in records) == sorted(rows)  # one record per input id
+    by_id = {r["id"]: r for r in records}
+    for item_id, row in rows.items():
+        r = by_id[item_id]
+        assert r["reference"] == row["text"] and r["speaker"] == row["speaker"]
+        if item_id in ("corrupt", "missing"):
+            assert r["error"].startswith(item_id) and r["duration"] is None
+            assert item_id not in fake.seen  # decode errors never reach the model
+        else:
+            frames = sf.info(row["path"]).frames  # independent decode: the 16 kHz demo WAVs
+            assert r["text"] == f" n={frames}" and "error" not in r
+    s = result.summary
+    assert (s["items"], s["ok"], s["errors"]) == (len(rows), len(rows) - 2, 2)
+    total_s = sum(sf.info(row["path"]).duration for k, row in rows.items() if k not in ("corrupt", "missing"))
+    assert s["audio_hours"] * 3600 == pytest.approx(total_s, rel=1e-6)
+    assert s["model"]["info"] == {"name": "fake"} and s["status"] == "complete"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["items"] == len(rows)
+
+
+@pytest.mark.parametrize("fail_after", [0, 1, 3, 5])
+def test_crash_then_resume_is_exactly_once(tmp_path: Path, fail_after: int) -> None:
+    manifest, rows = make_manifest(tmp_path, n_copies=3)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run([str(manifest)], out, opts(), lambda o: FakeTranscriber(fail_after=fail_after))
+    before = {r["id"] for r in read_all(out)}
+    second = FakeTranscriber()
+    result = run([str(manifest)], out, opts(), lambda o: second)
+    ids = [r["id"] for r in read_all(out)]
+    assert sorted(ids) == sorted(rows)  # every id exactly once
+    assert not before & set(second.seen)  # committed work is not redone
+    assert result.summary["this_run"]["skipped_completed"] == len(before)
+    assert result.summary["items"] == len(rows)
+
+
+def test_changed_model_is_refused_unless_overwrite(tmp_path: Path) -> None:
+    manifest, rows = make_manifest(tmp_path, n_copies=1)
+    out = tmp_path / "out"
+    run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+    with pytest.raises(ResumeConflictError, match="model"):
+        run([str(manifest)], out, opts(model="base"), lambda o: FakeTranscriber())
+    again = FakeTranscriber()
+    run([str(manifest)], out, opts(), lambda o: again)  # same settings: nothing left to do
+    assert again.seen == []
+    run([str(manifest)], out, opts(model="base", overwrite=True), lambda o: FakeTranscriber())
+    assert json.loads((out / "run_config.json").read_text())["model"] == "base"
+    assert sorted(r["id"] for r in read_all(out)) == sorted(rows)
+
+
+def test_max_errors_stops_after_committing(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(6):
+        (bad / f"{i}.wav").write_bytes(b"RIFF0000WAVE")
+    with pytest.raises(TooManyErrors, match="--max-errors 2"):
+        run([str(bad)], tmp_path / "out", RunOptions(workers=0, max_errors=2, shard_size=100),
+            lambda o: FakeTranscriber())
+    records = read_all(tmp_path / "out")
+    assert len(records) == 3 and all("error" in r for r in records)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["status"] == "stopped: too many errors" and summary["errors"] == 3
+
+
+def test_shards_split_the_input_and_limit(tmp_path: Path) -> None:
+    manifest, rows = make_manifest(tmp_path, n_copies=3)
+    ids: list[str] = []
+    for index in range(2):
+        run([str(manifest)], tmp_path / "out", opts(src={"num_shards": 2, "shard_index": index}),
+            lambda o: FakeTranscriber())
+    ids = [r["id"] for r in read_all(tmp_path / "out")]
+    assert sorted(ids) == sorted(rows)
+    run([str(manifest)], tmp_path / "lim", opts(src={"limit": 4}), lambda o: FakeTranscriber())
+    assert [r["id"] for r in read_all(tmp_path / "lim")] != [] and len(read_all(tmp_path / "lim")) == 4
+
+
+# ------------------------------------------------------------------------------- real model
+
+
+def _api_available() -> bool:
+    try:
+        import batchscribe.api  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+needs_api = pytest.mark.skipif(not _api_available(),
+                               reason="batchscribe.api (or a module it imports) is not in the tree yet")
+
+
+@needs_api
+def test_demo_end_to_end_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
+    import jiwer
+    from openai.types.audio import TranscriptionVerbose
+
+    from batchscribe.eval.normalize import get_normalizer
+
+    result = run([str(DEMO / "manifest.jsonl")], tmp_path / "out",
+                 RunOptions(model=str(tiny_en_dir), device="cpu", workers=0))
+    records = read_all(tmp_path / "out")
+    assert len(records) == 3 and result.summary["errors"] == 0
+    norm = get_normalizer("english")
+    for r in records:
+        TranscriptionVerbose.model_validate(r)
+        assert r["segments"] and r["segments"][0]["tokens"]
+        assert jiwer.wer(norm(r["reference"]), norm(r["text"])) < 0.35, r
+    assert result.summary["rtfx"] > 0
+
+
+@needs_api
+def test_librispeech_parquet_real_model(tmp_path: Path, tiny_en_dir: Path, shared_data: Path) -> None:
+    from openai.types.audio import TranscriptionVerbose
+
+    src = shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet"
+    run([str(src)], tmp_path / "out", RunOptions(model=str(tiny_en_dir), device="cpu",
+                                                 format="parquet", workers=1,
+                                                 source=SourceOptions(passthrough=("speaker_id",))))
+    records = read_all(tmp_path / "out")
+    assert len(records) == 4
+    for r in records:
+        TranscriptionVerbose.model_validate(r)
+        assert r["speaker_id"] == 1089 and r["reference"].isupper()
+    shutil.rmtree(tmp_path / "out")
