@@ -75,9 +75,11 @@ def load_predictions(paths: Path | Sequence[Path]) -> Predictions:
                 records[rid] = rec
     summary = None
     for path in map(Path, paths):
-        candidate = path / SUMMARY_NAME if path.is_dir() else path.parent / SUMMARY_NAME
-        if candidate.is_file():
-            summary = json.loads(candidate.read_text(encoding="utf-8"))
+        folder = path if path.is_dir() else path.parent
+        # summary.json, or summary-records-partXXXXXofYYYYY.json of one machine of a sharded run
+        found = [folder / SUMMARY_NAME] if (folder / SUMMARY_NAME).is_file() else sorted(folder.glob("summary-*.json"))
+        if found:
+            summary = json.loads(found[0].read_text(encoding="utf-8"))
             break
     return Predictions(records, tuple(files), tuple(duplicates), summary)
 

@@ -103,7 +103,9 @@ def summary_rows(report: Report) -> list[tuple[str, str]]:
         ("Normalizer", s.normalizer),
     ]
     if report.model is not None:
-        rows.append(("Model", str(report.model)))
+        # run's summary.json holds {"name": ..., "info": ...}; show the name
+        model = report.model.get("name", report.model) if isinstance(report.model, dict) else report.model
+        rows.append(("Model", str(model)))
     if report.unmatched_predictions:
         rows.append(("Predictions without reference", str(len(report.unmatched_predictions))))
     if report.no_reference_text:
