@@ -8,6 +8,7 @@ run redoes only what was in flight when the last one stopped.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -158,7 +159,7 @@ def run(
     state = open_output(output_dir, opts.format, prefix, overwrite=opts.overwrite)
     config = run_config(inputs, opts)
     check_run_config(output_dir, config)
-    items = iter_source(inputs, opts.source)  # input paths are checked here, before the model loads
+    items = _peeked(iter_source(inputs, opts.source))  # input and column errors before the model loads
     transcriber = (transcriber_factory or default_transcriber)(opts)
     model_info = _jsonable(getattr(transcriber, "model_info", None))
     write_run_config(output_dir, {**config, "model_info": model_info})
@@ -184,6 +185,14 @@ def run(
             f"field of the failed records, fix the input, then rerun (completed ids are skipped)."
         )
     return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
+    """Read the first item now, so a missing path or column fails before a model is loaded."""
+    first = next(items, None)
+    if first is None:
+        return iter(())
+    return itertools.chain([first], items)
 
 
 def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _Sink,

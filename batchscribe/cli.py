@@ -1,0 +1,303 @@
+"""The `batchscribe` command line (Typer + rich; the only module that imports them).
+
+Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
+2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
+existing output directory).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal, NoReturn
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from batchscribe.audio.sources import SourceError, SourceOptions
+from batchscribe.config import ConfigError, DecodeOptions, default_cache_dir
+from batchscribe.output.resume import OutputDirError, ResumeConflictError
+from batchscribe.run import RunOptions, RunProgress, RunResult, TooManyErrors, run
+
+RUN_EXAMPLES = """\
+[bold]Examples[/bold]
+
+  [dim]# the bundled demo clips with the default model (tiny.en), offline[/dim]
+  batchscribe run --demo -o demo-out
+
+  [dim]# Parquet shards in the Hugging Face convention (audio struct {bytes, path}); WER report
+  # from the "text" column[/dim]
+  batchscribe run 'data/train-*.parquet' -o out --format parquet --passthrough speaker_id
+
+  [dim]# a Hugging Face dataset (hub id or save_to_disk/hub-style folder), first 100 rows[/dim]
+  batchscribe run openslr/librispeech_asr --config clean --split test --limit 100 -o out
+
+  [dim]# a folder of audio files (recursive) or a JSONL/CSV manifest (path, id, text)[/dim]
+  batchscribe run recordings/ -o out --model base --language de
+  batchscribe run manifest.jsonl -o out --max-errors 10
+
+  [dim]# one of 4 machines; rerunning the same command resumes where it stopped[/dim]
+  batchscribe run 'data/*.parquet' -o out --num-shards 4 --shard-index 0
+"""
+
+app = typer.Typer(
+    name="batchscribe",
+    help="Offline batch transcription of whole speech datasets with Whisper-family models.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+
+def demo_manifest() -> Path:
+    """The bundled clips' manifest (id, path, reference text), as a path on disk."""
+    return Path(str(resources.files("batchscribe") / "demo" / "manifest.jsonl"))
+
+
+def _die(message: str, code: int) -> NoReturn:
+    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _handled() -> Iterator[None]:
+    """Turn the package's boundary errors into a message and an exit code, not a traceback."""
+    try:
+        yield
+    except TooManyErrors as exc:
+        _die(str(exc), 1)
+    except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
+        _die(str(exc), 2)
+    except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
+        _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
+    except Exception as exc:
+        if type(exc).__name__ == "ModelNotFoundError":  # model/loading.py; imported lazily
+            _die(str(exc), 2)
+        raise
+
+
+def _split_columns(values: list[str] | None) -> tuple[str, ...]:
+    names: list[str] = []
+    for value in values or []:
+        names.extend(v.strip() for v in value.split(",") if v.strip())
+    return tuple(dict.fromkeys(names))
+
+
+class _Bar:
+    """A rich progress bar fed by run()'s progress callback (items, audio hours, RTFx, ETA)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("[bold]transcribing"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[hours]:.2f} h audio"),
+            TextColumn("RTFx {task.fields[rtfx]:.1f}"),
+            TextColumn("[red]{task.fields[errors]} errors"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=False,
+        )
+        self.task = self.progress.add_task("run", total=None, hours=0.0, rtfx=0.0, errors=0)
+
+    def __call__(self, p: RunProgress) -> None:
+        self.progress.update(self.task, completed=p.done, total=p.total, hours=p.audio_seconds / 3600,
+                             rtfx=p.rtfx, errors=p.errors)
+
+
+def _print_summary(result: RunResult) -> None:
+    s = result.summary
+    table = Table(show_header=False, box=None, pad_edge=False)
+    this = s["this_run"]
+    rows = [
+        ("output", str(result.output_dir)),
+        ("records", f"{s['items']} ({s['ok']} ok, {s['errors']} errors) in {s['shards']} shard(s)"),
+        ("this run", f"{this['items']} new, {this['skipped_completed']} already done"),
+        ("audio", f"{s['audio_hours']:.3f} h"),
+        ("wall time", f"{s['wall_seconds']:.1f} s"),
+        ("RTFx", f"{s['rtfx']:.1f}" if s["rtfx"] is not None else "-"),
+    ]
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/bold]", v)
+    err.print(table)
+
+
+def _report_wer(output_dir: Path) -> None:
+    """A WER report next to the records when they carry references (run --text-column)."""
+    try:
+        from batchscribe.eval.inputs import EvalInputError
+        from batchscribe.eval.render import write_report
+        from batchscribe.eval.report import evaluate
+    except ImportError:
+        return
+    try:
+        report = evaluate(output_dir)
+    except EvalInputError:
+        return  # no references in these records: nothing to score
+    paths = write_report(report, output_dir / "eval")
+    err.print(f"[bold]WER[/bold] {report.wer:.2%} over {len(report.items)} items "
+              f"(english normaliser); report: {paths.get('markdown', output_dir / 'eval')}")
+
+
+Format = Literal["jsonl", "parquet"]
+Task = Literal["transcribe", "translate"]
+DType = Literal["float32", "float16", "bfloat16"]
+
+
+@app.command("run", epilog=RUN_EXAMPLES)
+def run_command(
+    inputs: Annotated[list[str] | None, typer.Argument(
+        help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.",
+        show_default=False)] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
+                                                show_default=False)] = None,
+    demo: Annotated[bool, typer.Option("--demo", help="Transcribe the bundled public-domain demo clips.")] = False,
+    model: Annotated[str, typer.Option(help="Alias (tiny.en, base, ...), HF folder or CTranslate2 folder.")] = "tiny.en",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    dtype: Annotated[DType | None, typer.Option(help="Default: float16 on CUDA, float32 on CPU.",
+                                                show_default=False)] = None,
+    batch_size: Annotated[int, typer.Option(help="Decoder slots (sequences decoded together).")] = 16,
+    language: Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.",
+                                                 show_default=False)] = None,
+    task: Annotated[Task, typer.Option(help="transcribe, or translate to English.")] = "transcribe",
+    without_timestamps: Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")] = False,
+    limit: Annotated[int | None, typer.Option(help="Only the first N items (of this shard).",
+                                              show_default=False)] = None,
+    fmt: Annotated[Format, typer.Option("--format", help="Record shard format.")] = "jsonl",
+    audio_column: Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")] = "audio",
+    id_column: Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
+                                                  show_default=False)] = None,
+    text_column: Annotated[str | None, typer.Option(
+        help="Reference text column, copied as 'reference' (default 'text' when present); enables a WER report.",
+        show_default=False)] = None,
+    passthrough: Annotated[list[str] | None, typer.Option(
+        help="Columns copied into every record (comma-separated, repeatable).", show_default=False)] = None,
+    config_name: Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.",
+                                                    show_default=False)] = None,
+    split: Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)] = None,
+    num_shards: Annotated[int, typer.Option(help="Split the input between this many machines.")] = 1,
+    shard_index: Annotated[int, typer.Option(help="Which part this machine does (0-based).")] = 0,
+    workers: Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); "
+                                                "default: cores - 1.", show_default=False)] = None,
+    max_errors: Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this "
+                                                   "have failed.", show_default=False)] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")] = False,
+    cache_dir: Annotated[Path | None, typer.Option(help="Where converted models are cached.",
+                                                   show_default=False)] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")] = True,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry references.")] = True,
+) -> None:
+    """Transcribe datasets into JSONL/Parquet record shards (one verbose_json record per item).
+
+    Rerunning into the same --output resumes: committed items are skipped, in-flight ones redone.
+    """
+    items = list(inputs or [])
+    if demo:
+        if items:
+            _die("--demo transcribes the bundled clips; drop the inputs or drop --demo", 2)
+        items = [str(demo_manifest())]
+    if not items:
+        _die("no input given; pass a Parquet file, folder, glob, manifest or dataset id (or --demo)", 2)
+    if output is None:
+        _die("missing --output/-o DIR: the directory to write records into", 2)
+    with _handled():
+        opts = RunOptions(
+            model=model, device=device, dtype=dtype, batch_size=batch_size, cache_dir=cache_dir,
+            decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps),
+            source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
+                                 passthrough=_split_columns(passthrough), config=config_name, split=split,
+                                 num_shards=num_shards, shard_index=shard_index, limit=limit),
+            format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite,
+        )
+        result = _run_with_bar(items, output, opts, progress)
+    _print_summary(result)
+    if report:
+        _report_wer(output)
+
+
+def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) -> RunResult:
+    if not show:
+        return run(items, output, opts)
+    bar = _Bar(err)
+    with bar.progress:
+        return run(items, output, opts, progress=bar)
+
+
+@app.command("demo")
+def demo_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
+    model: Annotated[str, typer.Option(help="Model alias or folder.")] = "tiny.en",
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+) -> None:
+    """Transcribe the bundled demo clips (same as `run --demo`)."""
+    run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=16,
+                language=None, task="transcribe", without_timestamps=False, limit=None, fmt="jsonl",
+                audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,
+                split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, overwrite=False,
+                cache_dir=None, progress=True, report=True)
+
+
+@app.command("models")
+def models_command(
+    cache_dir: Annotated[Path | None, typer.Option(help="Converted-model cache to list.",
+                                                   show_default=False)] = None,
+) -> None:
+    """List model aliases (and whether their weight package is installed) and cached models."""
+    from batchscribe.model.loading import ALIASES
+
+    table = Table(title="model aliases")
+    for col in ("alias", "source", "installed"):
+        table.add_column(col)
+    for name, spec in ALIASES.items():
+        source, installed = _alias_status(spec)
+        table.add_row(name, source, "yes" if installed else "no")
+    out.print(table)
+    cache = cache_dir or default_cache_dir()
+    cached = sorted(p for p in cache.glob("*") if (p / "config.json").is_file()) if cache.is_dir() else []
+    cache_table = Table(title=f"converted models in {cache}")
+    cache_table.add_column("folder")
+    for p in cached:
+        cache_table.add_row(p.name)
+    if not cached:
+        cache_table.add_row("(none yet: models are converted on first use)")
+    out.print(cache_table)
+
+
+def _alias_status(spec: Any) -> tuple[str, bool]:
+    """What an alias points at and whether it resolves offline (its package is installed)."""
+    import importlib.util
+
+    packages = [p for p in (getattr(spec, "packages", None) or getattr(spec, "package", None) or ())]
+    if isinstance(packages, str):
+        packages = [packages]
+    if not packages:
+        return str(getattr(spec, "hub_id", spec)), False
+    installed = all(importlib.util.find_spec(p) is not None for p in packages)
+    return ", ".join(packages), installed
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

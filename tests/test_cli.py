@@ -1,0 +1,140 @@
+"""The command line: help, exit codes (0 ok, 1 too many item errors, 2 usage), the real demo run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import batchscribe.run
+from batchscribe.cli import app, demo_manifest
+from tests.test_run import FakeTranscriber, needs_api, read_all
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def fake_model(monkeypatch: pytest.MonkeyPatch) -> FakeTranscriber:
+    # Narrow: exit-code mapping only. The real model runs in test_demo_subprocess_real_model.
+    fake = FakeTranscriber()
+    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: fake)
+    return fake
+
+
+def test_help_lists_commands_and_examples() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "models", "demo"):
+        assert command in result.output
+    result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0
+    for text in ("--output", "--max-errors", "--num-shards", "Examples", "batchscribe run --demo -o demo-out"):
+        assert text in result.output
+
+
+def test_python_dash_m_help() -> None:
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "run" in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--bogus-flag"], "No such option"),
+    (["run", "x.parquet", "-o", "OUT", "--format", "xml"], "xml"),
+    (["run", "-o", "OUT"], "no input given"),
+    (["run", "missing-file.parquet", "-o", "OUT"], "missing-file.parquet"),
+    (["run", "--demo"], "--output"),
+    (["run", "--demo", "-o", "OUT", "--num-shards", "2", "--shard-index", "2"], "shard_index=2"),
+])
+def test_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_model: FakeTranscriber,
+                             args: list[str], message: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert fake_model.seen == []
+
+
+def test_missing_column_lists_available_ones(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    table = pa.table({"key": ["a"], "sound": [b"RIFF"], "transcript": ["hi"]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    result = runner.invoke(app, ["run", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "o")],
+                           env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert "'audio'" in result.output and "key, sound, transcript" in result.output
+    assert "--audio-column" in result.output
+    ok = runner.invoke(app, ["run", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "o"),
+                             "--audio-column", "sound", "--id-column", "key", "--no-progress"])
+    assert ok.exit_code == 0, ok.output  # the item fails to decode, which is data, not a usage error
+    assert read_all(tmp_path / "o")[0]["id"] == "a"
+
+
+def test_too_many_item_errors_exit_1(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    for i in range(3):
+        (bad / f"{i}.wav").write_bytes(b"not audio")
+    args = ["run", str(bad), "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress"]
+    result = runner.invoke(app, [*args, "--max-errors", "1"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "--max-errors 1" in result.output
+    result = runner.invoke(app, [*args, "--max-errors", "3", "--no-report"])
+    assert result.exit_code == 0, result.output  # 3 errors do not exceed 3; resumed, not redone
+    assert sorted(r["id"] for r in read_all(tmp_path / "o")) == ["0", "1", "2"]
+
+
+def test_changed_settings_exit_2(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
+    assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, [*args, "--language", "en"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "decode_options" in result.output and "--overwrite" in result.output
+    assert runner.invoke(app, [*args, "--language", "en", "--overwrite"]).exit_code == 0
+
+
+def test_demo_manifest_is_packaged() -> None:
+    rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
+    assert len(rows) == 3
+    total = sum((demo_manifest().parent / r["path"]).stat().st_size for r in rows)
+    assert total < 1_000_000 and (demo_manifest().parent / "LICENSE").is_file()
+
+
+def _loading_available() -> bool:
+    try:
+        import batchscribe.model.loading  # noqa: F401
+    except ModuleNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _loading_available(), reason="batchscribe.model.loading is not in the tree yet")
+def test_unknown_model_exit_2_lists_aliases(tmp_path: Path) -> None:
+    from batchscribe.model.loading import ALIASES
+
+    result = runner.invoke(app, ["run", "--demo", "-o", str(tmp_path / "o"), "--model", "no-such-model"],
+                           env={"COLUMNS": "400"})
+    assert result.exit_code == 2, result.output
+    assert "no-such-model" in result.output and "tiny.en" in result.output
+    models = runner.invoke(app, ["models"], env={"COLUMNS": "200"})
+    assert models.exit_code == 0 and all(name in models.output for name in ALIASES)
+
+
+@needs_api
+def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
+    from openai.types.audio import TranscriptionVerbose
+
+    out = tmp_path / "demo-out"
+    cmd = [sys.executable, "-m", "batchscribe", "run", "--demo", "-o", str(out), "--model", str(tiny_en_dir),
+           "--device", "cpu"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    records = read_all(out)
+    assert len(records) == 3
+    for r in records:
+        TranscriptionVerbose.model_validate(r)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ok"] == 3 and summary["rtfx"] > 0
+    assert (out / "eval").is_dir() and "WER" in proc.stderr
