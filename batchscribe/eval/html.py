@@ -38,6 +38,8 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, y_labe
     plot_w, plot_h = width - left - 20, height - top - bottom
     finite = [v for v in values if math.isfinite(v)]
     vmax = max(finite, default=0.0) or 1.0
+    if not as_percent:  # counts: whole-number grid lines
+        vmax = float(math.ceil(vmax / 4) * 4)
     slot = plot_w / n
     out = [f'<svg width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" class="chart">',
@@ -45,7 +47,7 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, y_labe
     for k in range(5):  # horizontal grid lines with axis labels
         v = vmax * k / 4
         y = top + plot_h - plot_h * k / 4
-        label = pct(v, 1) if as_percent else f"{v:.3g}"
+        label = pct(v, 1) if as_percent else f"{v:g}"
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="#e3e3e3"/>'
                    f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end" font-size="11">{label}</text>')
     for i, (label, v) in enumerate(zip(labels, values)):

@@ -89,6 +89,10 @@ def references_from_records(preds: Predictions, group_columns: Sequence[str]) ->
     if not any("reference" in r for r in preds.records.values()):
         raise EvalInputError("the records carry no `reference` field; pass --references SOURCE (the run's "
                              "input) or re-run with --text-column")
+    for col in group_columns:
+        if not any(col in r for r in preds.records.values()):
+            raise EvalInputError(f"group column {col!r} is in no record; pass it to `run --passthrough {col}`, "
+                                 f"or give --references SOURCE that has the column")
     return [Reference(rid, rec.get("reference"), {c: rec.get(c) for c in group_columns}, "records")
             for rid, rec in preds.records.items()]
 
@@ -122,7 +126,9 @@ def _read_one(inp: str, text_column: str, id_column: str | None, groups: tuple[s
         # A plain id/text table has no audio column, which `run` needs but references do not.
         if path.suffix.lower() in (".jsonl", ".csv", ".tsv") and "no audio path column" in str(exc):
             return _read_table(path, text_column, id_column or "id", groups)
-        raise EvalInputError(f"references {inp!r}: {exc}") from exc
+        # group columns travel as passthrough columns; name the flag eval users know
+        msg = str(exc).replace("passthrough column", "group column").replace("--passthrough", "--group")
+        raise EvalInputError(f"references {inp!r}: {msg}") from exc
 
 
 def _read_table(path: Path, text_column: str, id_column: str, groups: tuple[str, ...]) -> list[Reference]:
