@@ -1,0 +1,243 @@
+"""Encoded audio (bytes or a path) -> mono float32 samples at 16 kHz.
+
+soundfile (libsndfile: wav, flac, ogg vorbis, mp3, aiff, ...) is tried first because it is
+fast and exact; PyAV (FFmpeg) reads the rest (ogg opus, m4a/aac, webm, mp4, wma, ...).
+Channels are averaged, integer formats scaled to [-1, 1], other rates resampled with soxr (HQ).
+
+Pure functions: they run in decoder worker processes. Every failure is an `AudioDecodeError`
+whose message names the problem and the fix; the caller turns it into an error record.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import soundfile as sf
+import soxr
+
+from batchscribe.constants import SAMPLE_RATE
+
+AudioInput = bytes | bytearray | memoryview | str | os.PathLike
+
+# A decode that comes up this much short of the header's frame count is a truncated file. The
+# slack absorbs MP3 length estimates (no Xing header), which may be off by a few frames.
+_TRUNCATION_SLACK = 0.02  # fraction of the declared length
+_TRUNCATION_MIN_S = 0.25  # seconds
+# FFmpeg containers whose header states the duration; for others FFmpeg may only estimate it
+# (e.g. ADTS AAC from the bitrate), which would make good files look truncated.
+_EXACT_DURATION_FORMATS = frozenset({"matroska", "webm", "mov", "mp4"})
+
+
+class AudioDecodeError(ValueError):
+    """Audio that cannot be turned into samples; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class DecodedAudio:
+    samples: np.ndarray  # [n_samples] float32, mono, at sample_rate
+    sample_rate: int
+    source_rate: int  # the file's own rate before resampling
+    channels: int  # the file's channel count before averaging
+    decoder: Literal["soundfile", "pyav"]
+
+
+class _DecoderFailed(Exception):
+    """One decoder could not read the input; `declared_frames` when the header was understood."""
+
+    def __init__(self, message: str, declared_frames: int | None = None) -> None:
+        super().__init__(message)
+        self.declared_frames = declared_frames
+
+
+def decode_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
+    """Encoded bytes or a file path -> [n_samples] float32 mono at `sample_rate` (default 16 kHz)."""
+    return read_audio(data, sample_rate=sample_rate).samples
+
+
+def audio_duration(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
+    """Seconds of audio in a 1-D sample array."""
+    return samples.shape[-1] / sample_rate
+
+
+def read_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> DecodedAudio:
+    """Like `decode_audio`, also reporting the source rate, channel count and which decoder read it."""
+    if not isinstance(sample_rate, int) or sample_rate <= 0:
+        raise ValueError(f"sample_rate={sample_rate!r} must be a positive integer number of Hz")
+    label, opener = _open_input(data)
+    frames, rate, decoder = _decode_any(label, opener)  # frames: [n, channels] float32
+    if frames.shape[0] == 0:
+        raise AudioDecodeError(
+            f"{label}: decoded 0 samples (the file is well formed but holds no audio); "
+            "drop this item or fix its source"
+        )
+    finite = np.isfinite(frames)
+    if not finite.all():
+        bad = int(frames.size - np.count_nonzero(finite))
+        raise AudioDecodeError(
+            f"{label}: {bad} of {frames.size} samples are NaN or Inf (a float file with invalid "
+            "values); re-export the source audio with valid samples"
+        )
+    channels = frames.shape[1]
+    # Averaging before resampling is exact (both are linear) and resamples one channel, not all.
+    mono = frames[:, 0] if channels == 1 else frames.mean(axis=1, dtype=np.float32)
+    mono = np.ascontiguousarray(mono, dtype=np.float32)
+    if rate != sample_rate:
+        mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32, copy=False)
+    if mono.shape[0] == 0:
+        raise AudioDecodeError(
+            f"{label}: {frames.shape[0]} samples at {rate} Hz are shorter than one sample at "
+            f"{sample_rate} Hz (zero duration); drop this item"
+        )
+    return DecodedAudio(mono, sample_rate, rate, channels, decoder)
+
+
+def _open_input(data: AudioInput) -> tuple[str, Callable[[], object]]:
+    """Check the input and return (label for messages, zero-arg callable giving a fresh source)."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        raw = bytes(data)
+        if not raw:
+            raise AudioDecodeError(
+                "empty audio: 0 bytes; the item has no audio data (check the audio column, "
+                "or give a file path instead)"
+            )
+        return f"{len(raw)} bytes of audio (starting {raw[:8]!r})", lambda: io.BytesIO(raw)
+    if isinstance(data, (str, os.PathLike)):
+        path = Path(os.fspath(data)).expanduser()
+        label = f"audio file {str(path)!r}"
+        if not path.exists():
+            where = "" if path.is_absolute() else f" (relative to the current directory {os.getcwd()})"
+            raise AudioDecodeError(f"{label} does not exist{where}; check the path")
+        if path.is_dir():
+            raise AudioDecodeError(f"{label} is a directory, not a file; give an audio file inside it")
+        try:
+            with open(path, "rb") as handle:
+                empty = not handle.read(1)
+        except OSError as exc:
+            raise AudioDecodeError(f"{label} cannot be read ({exc.strerror}); fix its permissions") from exc
+        if empty:
+            raise AudioDecodeError(f"{label} is empty (0 bytes); re-create or drop it")
+        return label, lambda: str(path)
+    raise AudioDecodeError(
+        f"audio of type {type(data).__name__} cannot be decoded; pass encoded bytes or a file path"
+    )
+
+
+def _decode_any(
+    label: str, opener: Callable[[], object]
+) -> tuple[np.ndarray, int, Literal["soundfile", "pyav"]]:
+    """Try soundfile, then PyAV; raise AudioDecodeError quoting both when neither reads it."""
+    try:
+        frames, rate, declared = _read_soundfile(opener())
+    except _DecoderFailed as exc:
+        sf_failure = exc
+    else:
+        if _is_truncated(frames.shape[0], declared, rate):
+            raise AudioDecodeError(
+                f"{label} is truncated: its header declares {declared / rate:.2f} s but only "
+                f"{frames.shape[0] / rate:.2f} s could be decoded; re-download or re-encode it"
+            )
+        return frames, rate, "soundfile"
+    try:
+        frames, rate, container_frames = _read_pyav(opener())
+    except _DecoderFailed as exc:
+        raise AudioDecodeError(
+            f"{label} cannot be decoded: soundfile (libsndfile {sf.__libsndfile_version__}) said "
+            f"{str(sf_failure)!r}; PyAV (FFmpeg) said {str(exc)!r}. The data is corrupt, truncated "
+            "or not audio: re-encode it (e.g. ffmpeg -i IN -ac 1 -ar 16000 OUT.flac) or drop it"
+        ) from None
+    # FFmpeg skips over damaged data and stops early without an error: compare with the header
+    # (libsndfile's, when it understood the header but failed mid-stream, else the container's).
+    declared = sf_failure.declared_frames if sf_failure.declared_frames is not None else container_frames
+    if declared is not None and _is_truncated(frames.shape[0], declared, rate):
+        raise AudioDecodeError(
+            f"{label} is truncated or corrupt: its header declares {declared / rate:.2f} s but "
+            f"FFmpeg decoded only {frames.shape[0] / rate:.2f} s (libsndfile said "
+            f"{str(sf_failure)!r}); re-download or re-encode it"
+        )
+    return frames, rate, "pyav"
+
+
+def _is_truncated(decoded: int, declared: int, rate: int) -> bool:
+    return declared - decoded > max(_TRUNCATION_SLACK * declared, _TRUNCATION_MIN_S * rate)
+
+
+def _read_soundfile(source: object) -> tuple[np.ndarray, int, int]:
+    """-> ([n, channels] float32, rate, frames the header declares); _DecoderFailed on errors."""
+    try:
+        handle = sf.SoundFile(source)
+    except Exception as exc:  # libsndfile raises LibsndfileError/RuntimeError/TypeError by format
+        raise _DecoderFailed(_short(exc)) from exc
+    with handle:
+        if (handle.format, handle.subtype) == ("OGG", "OPUS"):
+            # NOTE: libsndfile 1.2.2 ignores Opus pre-skip, so its output starts 312 samples
+            # (6.5 ms) late; FFmpeg trims it as RFC 7845 says.
+            raise _DecoderFailed("Ogg Opus is left to FFmpeg (libsndfile ignores the Opus pre-skip)")
+        declared, rate = handle.frames, handle.samplerate
+        try:
+            frames = handle.read(dtype="float32", always_2d=True)  # ints scaled to [-1, 1)
+        except Exception as exc:
+            raise _DecoderFailed(_short(exc), declared_frames=declared) from exc
+    return frames, rate, declared
+
+
+def _read_pyav(source: object) -> tuple[np.ndarray, int, int | None]:
+    """-> ([n, channels] float32, rate, frames the container declares or None), via FFmpeg."""
+    import av  # lazily: only files libsndfile cannot read need FFmpeg
+
+    chunks: list[np.ndarray] = []  # each [channels, n] float32
+    try:
+        with av.open(source, metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                kinds = sorted({s.type for s in container.streams}) or ["none"]
+                name = container.format.name
+                raise _DecoderFailed(f"no audio stream in the {name} container (streams: {kinds})")
+            stream = container.streams.audio[0]
+            resampler = None
+            for frame in container.decode(stream):
+                if resampler is None:
+                    # Planar float at the stream's own rate and layout: a format conversion only
+                    # (ints scaled to [-1, 1]); rate conversion is left to soxr below.
+                    resampler = av.AudioResampler(format="fltp", layout=frame.layout, rate=frame.sample_rate)
+                    rate = frame.sample_rate
+                chunks.extend(f.to_ndarray() for f in resampler.resample(frame))
+            if resampler is not None:
+                chunks.extend(f.to_ndarray() for f in resampler.resample(None))
+            declared_s = _declared_seconds(container, stream)
+    except _DecoderFailed:
+        raise
+    except Exception as exc:  # FFmpegError subclasses, plus ValueError/OSError from PyAV itself
+        raise _DecoderFailed(_short(exc)) from exc
+    if resampler is None:
+        raise _DecoderFailed("the audio stream holds no decodable frames")
+    frames = np.concatenate(chunks, axis=1).T if chunks else np.zeros((0, 1), np.float32)
+    declared = None if declared_s is None else round(declared_s * rate)
+    return np.ascontiguousarray(frames, dtype=np.float32), rate, declared
+
+
+def _declared_seconds(container: Any, stream: Any) -> float | None:
+    """The audio stream's duration as its header states it; None where FFmpeg would only guess."""
+    if not set(container.format.name.split(",")) & _EXACT_DURATION_FORMATS:
+        return None
+    if stream.duration is not None and stream.time_base is not None:
+        return float(stream.duration * stream.time_base)
+    # Matroska/WebM state one duration for the whole file: it is the audio's only without video.
+    if len(container.streams) == 1 and container.duration is not None:
+        return container.duration / 1_000_000  # AV_TIME_BASE units
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    """An exception as one line without the opaque object reprs soundfile puts in its messages."""
+    text = str(exc).replace("\n", " ").strip() or type(exc).__name__
+    if text.startswith("Error opening "):  # "Error opening <_io.BytesIO object at 0x..>: <reason>"
+        text = text.split(">: ", 1)[-1] if ">: " in text else text.split(": ", 1)[-1]
+    return text
+
+
+__all__ = ["AudioDecodeError", "DecodedAudio", "audio_duration", "decode_audio", "read_audio"]
