@@ -155,7 +155,7 @@ def _report_wer(output_dir: Path) -> None:
         return  # no references in these records: nothing to score
     paths = write_report(report, output_dir / "eval")
     err.print(f"[bold]WER[/bold] {report.wer:.2%} over {len(report.items)} items "
-              f"(english normaliser); report: {paths.get('markdown', output_dir / 'eval')}")
+              f"(english normaliser); report: {paths.get('md', output_dir / 'eval')}")
 
 
 Format = Literal["jsonl", "parquet"]
