@@ -63,7 +63,8 @@ def compare(report_a: Report, report_b: Report, *, name_a: str = "A", name_b: st
     ci = None
     if n_boot > 0 and total:
         diffs = wer.paired_bootstrap_diffs(err_a, err_b, n_ref, n_boot, seed)
-        ci = wer.interval(diffs[np.isfinite(diffs)])
+        finite = diffs[np.isfinite(diffs)]
+        ci = wer.interval(finite) if finite.size else None
     changes = [ItemChange(a.id, a.words.errors, b.words.errors, a.words.n_ref) for a, b in pairs]
     # biggest differences first: what a reader wants to look at
     wins_a = sorted((c for c in changes if c.errors_a < c.errors_b), key=lambda c: (c.errors_a - c.errors_b, c.id))

@@ -18,7 +18,7 @@ import numpy as np
 
 from batchscribe.eval import wer
 from batchscribe.eval.inputs import Predictions, Reference, load_predictions, load_references, references_from_records
-from batchscribe.eval.normalize import get_normalizer
+from batchscribe.eval.normalize import NORMALIZERS, get_normalizer
 from batchscribe.eval.wer import Counts
 
 SOURCE_GROUP = "source"  # group column meaning "the reference input the item came from"
@@ -41,6 +41,11 @@ class EvalSettings:
     def __post_init__(self) -> None:
         if self.bootstrap < 0 or self.worst_n < 0:
             raise ValueError(f"bootstrap={self.bootstrap} and worst_n={self.worst_n} must be >= 0")
+        edges = self.duration_edges
+        if not edges or any(b <= a for a, b in zip(edges, edges[1:])) or edges[0] <= 0:
+            raise ValueError(f"duration_edges={edges} must be positive seconds in increasing order")
+        if self.normalizer not in NORMALIZERS:
+            raise ValueError(f"unknown normalizer {self.normalizer!r}: choose one of {', '.join(NORMALIZERS)}")
 
 
 @dataclass(frozen=True)
@@ -127,7 +132,7 @@ def evaluate(
     pred_paths = [predictions] if isinstance(predictions, (str, Path)) else list(predictions)
     settings = EvalSettings(tuple(map(str, pred_paths)), tuple(map(str, references)), text_column, id_column,
                             normalizer, tuple(group_columns), worst_n, bootstrap, seed, tuple(duration_edges))
-    normalize = get_normalizer(normalizer)  # fail on a bad name before reading anything
+    normalize = get_normalizer(normalizer)
     preds = load_predictions([Path(p) for p in pred_paths])
     refs = _references(preds, settings)
     ref_ids = {r.id for r in refs}
@@ -179,7 +184,8 @@ def _assemble(s: EvalSettings, items: tuple[Item, ...], preds: Predictions, unma
         errors = np.array([i.words.errors for i in items], dtype=np.int64)  # [items]
         n_ref = np.array([i.words.n_ref for i in items], dtype=np.int64)  # [items]
         samples = wer.bootstrap_rates(errors, n_ref, s.bootstrap, s.seed)
-        ci = wer.interval(samples[np.isfinite(samples)])  # a resample of only empty refs has no rate
+        finite = samples[np.isfinite(samples)]  # a resample of only empty references has no rate
+        ci = wer.interval(finite) if finite.size else None
     groups = {col: _rows([str(i.groups.get(col)) for i in items], items) for col in s.group_columns}
     buckets = [wer.duration_bucket(i.duration, s.duration_edges) for i in items]
     order = wer.bucket_order(s.duration_edges)

@@ -8,7 +8,7 @@ bootstrap resamples and paired comparisons are sums over the same numbers.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import jiwer
@@ -93,41 +93,40 @@ def aligned_lines(alignment: Sequence[tuple[str, str | None, str | None]]) -> tu
     return " ".join(refs), " ".join(hyps), " ".join(ops).rstrip()
 
 
+def _resample_chunks(n_items: int, n_resamples: int, seed: int, chunk_cells: int) -> Iterator[np.ndarray]:
+    """Item indices of each resample (with replacement), in chunks of [rows, n_items].
+
+    One generator draws every chunk in turn, so the resamples do not depend on the chunk size.
+    Chunks bound memory at `chunk_cells` indices for large evaluations.
+    """
+    rng = np.random.default_rng(seed)
+    step = max(1, chunk_cells // max(n_items, 1))
+    for start in range(0, n_resamples, step):
+        yield rng.integers(0, n_items, size=(min(step, n_resamples - start), n_items))
+
+
 def bootstrap_rates(
     errors: np.ndarray, n_ref: np.ndarray, n_resamples: int, seed: int, chunk_cells: int = 4_000_000
 ) -> np.ndarray:
-    """Corpus error rate of `n_resamples` resamples of the items (with replacement).
-
-    errors, n_ref: [items] ints; returns [n_resamples] floats. Work is split into chunks of at most
-    `chunk_cells` resample x item cells so memory stays bounded for large evaluations.
-    """
-    n_items = len(errors)
-    rng = np.random.default_rng(seed)
-    out = np.empty(n_resamples, dtype=np.float64)
-    step = max(1, chunk_cells // max(n_items, 1))
-    for start in range(0, n_resamples, step):
-        rows = min(step, n_resamples - start)
-        idx = rng.integers(0, n_items, size=(rows, n_items))  # [rows, items]
+    """Corpus error rate of `n_resamples` resamples of the items. errors, n_ref: [items] ints;
+    returns [n_resamples] floats (NaN for a resample whose references are all empty)."""
+    out = []
+    for idx in _resample_chunks(len(errors), n_resamples, seed, chunk_cells):  # [rows, items]
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + rows] = errors[idx].sum(axis=1) / n_ref[idx].sum(axis=1)
-    return out
+            out.append(errors[idx].sum(axis=1) / n_ref[idx].sum(axis=1))
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def paired_bootstrap_diffs(
-    errors_a: np.ndarray, errors_b: np.ndarray, n_ref: np.ndarray, n_resamples: int, seed: int
+    errors_a: np.ndarray, errors_b: np.ndarray, n_ref: np.ndarray, n_resamples: int, seed: int,
+    chunk_cells: int = 4_000_000,
 ) -> np.ndarray:
-    """WER(A) - WER(B) on the same resampled items (paired): [n_resamples]."""
-    n_items = len(n_ref)
-    rng = np.random.default_rng(seed)
-    out = np.empty(n_resamples, dtype=np.float64)
-    step = max(1, 4_000_000 // max(n_items, 1))
-    for start in range(0, n_resamples, step):
-        rows = min(step, n_resamples - start)
-        idx = rng.integers(0, n_items, size=(rows, n_items))  # [rows, items]
-        n = n_ref[idx].sum(axis=1)
+    """WER(A) - WER(B) on the same resampled items (paired), [n_resamples]; inputs [items]."""
+    out = []
+    for idx in _resample_chunks(len(n_ref), n_resamples, seed, chunk_cells):  # [rows, items]
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[start:start + rows] = (errors_a[idx].sum(axis=1) - errors_b[idx].sum(axis=1)) / n
-    return out
+            out.append((errors_a[idx].sum(axis=1) - errors_b[idx].sum(axis=1)) / n_ref[idx].sum(axis=1))
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
@@ -151,15 +150,6 @@ def duration_bucket(duration: float | None, edges: Sequence[float] = DEFAULT_DUR
 def bucket_order(edges: Sequence[float] = DEFAULT_DURATION_EDGES) -> list[str]:
     labels = [f"<{edges[0]:g} s"] + [f"{lo:g}-{hi:g} s" for lo, hi in zip(edges, edges[1:])]
     return labels + [f">={edges[-1]:g} s", "unknown"]
-
-
-def group_counts(keys: Sequence[str], counts: Sequence[Counts]) -> dict[str, tuple[int, Counts]]:
-    """key -> (items, summed counts), keys in first-seen order."""
-    out: dict[str, tuple[int, Counts]] = {}
-    for key, c in zip(keys, counts):
-        n, acc = out.get(key, (0, Counts()))
-        out[key] = (n + 1, acc + c)
-    return out
 
 
 def sort_keys(keys: Iterable[str], key: Callable[[str], object] | None = None) -> list[str]:
