@@ -34,7 +34,7 @@ class DecodeOptions:
     without_timestamps: bool = False
     # Temperature ladder: 0.0 is greedy; later entries are tried when a window fails the
     # compression-ratio or avg-logprob check (openai transcribe() fallback).
-    temperatures: tuple[float, ...] = (0.0,)
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     compression_ratio_threshold: float | None = COMPRESSION_RATIO_THRESHOLD
     logprob_threshold: float | None = LOGPROB_THRESHOLD
     no_speech_threshold: float | None = NO_SPEECH_THRESHOLD

@@ -1,0 +1,120 @@
+"""The Python entry point: `Transcriber` turns audio arrays into verbose_json records.
+
+    from batchscribe import Transcriber
+    t = Transcriber("tiny.en")
+    records = t.transcribe([("utt1", audio1), ("utt2", audio2)])  # float32 mono 16 kHz arrays
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
+from batchscribe.engine.engine import Engine
+from batchscribe.model.dims import ModelDims
+from batchscribe.model.loading import load_state_dict, resolve_model
+from batchscribe.model.tokenizer import Tokenizer
+from batchscribe.model.whisper import Whisper
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str  # as the user gave it
+    path: str  # the resolved Hugging Face folder
+    dims: ModelDims
+    device: str
+    dtype: str
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={device!r} but CUDA is not available here; use --device cpu or auto")
+    return torch.device(device)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+class Transcriber:
+    """Loads a Whisper model once and transcribes arrays or streams of (id, array) items."""
+
+    def __init__(
+        self,
+        model: str = "tiny.en",
+        device: str = "auto",
+        dtype: str | None = None,
+        batch_size: int = 16,
+        cache_dir: str | Path | None = None,
+        decode: DecodeOptions | None = None,
+        **decode_options: Any,
+    ):
+        known = {f.name for f in fields(DecodeOptions)}
+        unknown = set(decode_options) - known
+        if unknown:
+            raise ConfigError(f"unknown decoding option(s) {sorted(unknown)}; known: {sorted(known)}")
+        if decode is not None and decode_options:
+            raise ConfigError("pass either decode=DecodeOptions(...) or keyword options, not both")
+        self.options = decode or DecodeOptions(**decode_options)
+        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size)
+        self.device = resolve_device(device)
+        dtype_name = dtype or ("float16" if self.device.type == "cuda" else "float32")
+        folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
+        config = _read_json(folder / "config.json")
+        dims = ModelDims.from_hf_config(config)
+        self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
+        if self.options.language is not None:
+            self.tokenizer.sot_sequence(self.options.language, self.options.task)  # validates early
+        self.model = Whisper(dims).eval()
+        self.model.load_hf_state_dict(load_state_dict(folder))
+        self.model.to(device=self.device, dtype=_DTYPES[dtype_name])
+        generation = _read_json(folder / "generation_config.json")
+        self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
+        self.model_info = ModelInfo(model, str(folder), dims, str(self.device), dtype_name)
+
+    def _engine(self, options: DecodeOptions) -> Engine:
+        return Engine(
+            self.model,
+            self.tokenizer,
+            options,
+            self.model_suppress,
+            self.device,
+            n_slots=self.engine_options.batch_size,
+        )
+
+    def transcribe_stream(
+        self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
+    ) -> Iterator[dict]:
+        """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays."""
+        yield from self._engine(options or self.options).transcribe_stream(items)
+
+    def transcribe(
+        self,
+        audio: np.ndarray | Sequence[np.ndarray] | Sequence[tuple[str, np.ndarray]],
+        options: DecodeOptions | None = None,
+    ) -> list[dict] | dict:
+        """One array -> one record; a list of arrays or (id, array) pairs -> records in input order."""
+        single = isinstance(audio, np.ndarray) and audio.ndim == 1
+        batch = [audio] if single else list(audio)
+        items = [x if isinstance(x, tuple) else (str(i), x) for i, x in enumerate(batch)]
+        order = {item_id: i for i, (item_id, _) in enumerate(items)}
+        if len(order) != len(items):
+            raise ConfigError("item ids must be unique within one transcribe() call")
+        records = sorted(self.transcribe_stream(items, options), key=lambda r: order[r["id"]])
+        return records[0] if single else records
+
+    def describe(self) -> dict[str, Any]:
+        """Model and options, for summaries and run manifests."""
+        info = asdict(self.model_info)
+        return {"model": info, "decode": asdict(self.options), "batch_size": self.engine_options.batch_size}

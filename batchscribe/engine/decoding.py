@@ -1,0 +1,223 @@
+"""Slot decoder: 30 s windows decoded in a fixed pool of slots, one token per slot per step.
+
+Each slot holds one window: its cross-attention K/V (written once at admission), its token buffer
+(forced prompt, then sampled tokens), its position, and the per-row state the logit rules need. A step
+feeds every row in [0, n_rows) the token at its position; forced prompt tokens, language detection,
+the OpenAI logit rules, sampling, log-prob sums and end-of-text flags are all tensor operations, so
+the same step runs eagerly on the CPU and, in the GPU engine, inside a CUDA graph. Rows that are
+free or finished are inert: they neither move nor change their results.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from batchscribe.audio.features import LogMel
+from batchscribe.constants import N_SAMPLES
+from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
+from batchscribe.model.whisper import DecoderCache, Whisper
+
+LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
+
+
+@dataclass(frozen=True)
+class WindowRequest:
+    """One window to decode: up to 30 s of 16 kHz audio and how to decode it."""
+
+    key: int  # the caller's handle for this window
+    audio: np.ndarray  # [n <= N_SAMPLES] float32
+    prompt: tuple[int, ...]  # forced prefix; a language placeholder sits at LANGUAGE_POSITION if detecting
+    detect_language: bool
+    temperature: float
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    key: int
+    tokens: list[int]  # sampled tokens, end-of-text removed
+    sum_logprob: float
+    no_speech_prob: float
+    language_token: int | None  # the token at LANGUAGE_POSITION (detected or forced), if any
+    temperature: float
+    hit_eot: bool
+
+
+@dataclass(frozen=True)
+class DecoderSpec:
+    """Static facts the decoder needs; built once from the tokenizer and options."""
+
+    rules: RuleSpec
+    no_speech: int
+    language_tokens: tuple[int, ...]  # candidates for language detection
+    sample_len: int
+
+
+class SlotDecoder:
+    """Owns the model, the static cache and all per-slot state tensors on one device."""
+
+    def __init__(self, model: Whisper, spec: DecoderSpec, n_slots: int, device: torch.device, seed: int = 0):
+        dims = model.dims
+        self.model, self.spec, self.device = model, spec, device
+        self.n_slots, self.n_ctx = n_slots, dims.n_text_ctx
+        dtype = next(model.parameters()).dtype
+        self.dtype = dtype
+        self.cache = DecoderCache.allocate(dims, n_slots, device, dtype)
+        self.features = LogMel(dims.n_mels, device=device)
+        self.rules = LogitRules(spec.rules, device)
+        self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype, device=device)
+
+        self.tokens = zeros(n_slots, self.n_ctx)  # [S, n_text_ctx]
+        self.positions = zeros(n_slots)  # [S] position of the token fed next
+        self.sample_begin = zeros(n_slots)  # [S]
+        self.sample_end = zeros(n_slots)  # [S] last position a sampled token may take
+        self.last_timestamp = zeros(n_slots)  # [S] -1: none sampled yet
+        self.sum_logprob = zeros(n_slots, dtype=torch.float32)
+        self.no_speech_prob = zeros(n_slots, dtype=torch.float32)
+        self.temperature = zeros(n_slots, dtype=torch.float32)
+        self.detect = zeros(n_slots, dtype=torch.bool)
+        self.running = zeros(n_slots, dtype=torch.bool)  # admitted and not finished
+        self.hit_eot = zeros(n_slots, dtype=torch.bool)
+        # Host mirror: which window each slot holds and its position (positions advance by exactly
+        # one per step while running, so the host can bound attention lengths without a sync).
+        self.keys: list[int | None] = [None] * n_slots
+        self.temperatures: list[float] = [0.0] * n_slots
+        self.host_positions = np.zeros(n_slots, dtype=np.int64)
+
+    # -- admission -----------------------------------------------------------------------------
+
+    def free_slots(self) -> list[int]:
+        return [s for s, key in enumerate(self.keys) if key is None]
+
+    @torch.no_grad()
+    def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
+        """Encode a group of windows together and set up their slots."""
+        audio = torch.zeros(len(requests), N_SAMPLES, dtype=torch.float32)
+        for i, req in enumerate(requests):
+            audio[i, : len(req.audio)] = torch.from_numpy(req.audio[:N_SAMPLES])
+        mel = self.features(audio.to(self.device))  # [G, n_mels, 3000]
+        enc = self.model.encoder(mel.to(self.dtype))  # [G, 1500, n_state]
+        slot_ids = torch.tensor(slots, device=self.device)
+        self.model.write_cross_kv(self.cache, enc, slot_ids)
+
+        prompts = torch.zeros(len(requests), self.n_ctx, dtype=torch.long)
+        begin, detect, temps = [], [], []
+        for i, req in enumerate(requests):
+            prompts[i, : len(req.prompt)] = torch.tensor(req.prompt)
+            begin.append(len(req.prompt))
+            detect.append(req.detect_language)
+            temps.append(req.temperature)
+            self.keys[slots[i]] = req.key
+            self.temperatures[slots[i]] = req.temperature
+            self.host_positions[slots[i]] = 0
+        begin_t = torch.tensor(begin, device=self.device)
+        self.tokens[slot_ids] = prompts.to(self.device)
+        self.positions[slot_ids] = 0
+        self.sample_begin[slot_ids] = begin_t
+        self.sample_end[slot_ids] = torch.clamp(begin_t + self.spec.sample_len, max=self.n_ctx) - 1
+        self.last_timestamp[slot_ids] = -1
+        self.sum_logprob[slot_ids] = 0.0
+        self.no_speech_prob[slot_ids] = 0.0
+        self.temperature[slot_ids] = torch.tensor(temps, device=self.device)
+        self.detect[slot_ids] = torch.tensor(detect, device=self.device)
+        self.running[slot_ids] = True
+        self.hit_eot[slot_ids] = False
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def rows_in_use(self) -> int:
+        """Rows [0, n) cover every occupied slot; the CPU path steps only those."""
+        used = [s for s, key in enumerate(self.keys) if key is not None]
+        return used[-1] + 1 if used else 0
+
+    @torch.no_grad()
+    def step(self, n_rows: int) -> None:
+        """One decode step for rows [0, n_rows); pure tensor code from here down."""
+        kv_len = int(self.host_positions[:n_rows].max()) + 1
+        self._step(n_rows, kv_len, any(t > 0 for t in self.temperatures[:n_rows]))
+        self.host_positions[:n_rows] += np.array(
+            [key is not None for key in self.keys[:n_rows]], dtype=np.int64
+        )
+        np.minimum(self.host_positions, self.n_ctx - 1, out=self.host_positions)
+
+    def _step(self, n: int, kv_len: int | None, sample: bool) -> None:
+        rows = slice(0, n)
+        tokens, positions = self.tokens[rows], self.positions[rows]
+        running = self.running[rows]
+        fed = tokens.gather(1, positions[:, None]).squeeze(1)  # [n]
+        logits = self.model.decode_step(self.cache, fed, positions, None, kv_len)  # [n, V]
+
+        # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask).
+        at_sot = running & (positions == 0)
+        p_no_speech = torch.softmax(logits, dim=-1)[:, self.spec.no_speech]
+        self.no_speech_prob[rows] = torch.where(at_sot, p_no_speech, self.no_speech_prob[rows])
+        # Language detection reads the same distribution, restricted to language tokens.
+        language = self.language_ids[logits[:, self.language_ids].argmax(dim=-1)]  # [n]
+
+        next_pos = positions + 1
+        begin = self.sample_begin[rows]
+        filtered = self.rules.apply(logits, tokens, next_pos, begin, self.last_timestamp[rows])
+        sampled, logprob = select_tokens(filtered, self.temperature[rows], self.generator, sample)
+
+        forced = next_pos < begin
+        prompt_tok = tokens.gather(1, next_pos.clamp(max=self.n_ctx - 1)[:, None]).squeeze(1)
+        detecting = forced & self.detect[rows] & (next_pos == LANGUAGE_POSITION)
+        new_tok = torch.where(detecting, language, torch.where(forced, prompt_tok, sampled))
+
+        generating = running & ~forced
+        self.sum_logprob[rows] += torch.where(generating, logprob, torch.zeros_like(logprob))
+        write_pos = torch.where(running, next_pos, positions).clamp(max=self.n_ctx - 1)
+        old = tokens.gather(1, write_pos[:, None]).squeeze(1)
+        tokens.scatter_(1, write_pos[:, None], torch.where(running, new_tok, old)[:, None])
+        is_ts = new_tok >= self.spec.rules.timestamp_begin
+        self.last_timestamp[rows] = torch.where(generating & is_ts, new_tok, self.last_timestamp[rows])
+        eot = generating & (new_tok == self.spec.rules.eot)
+        self.hit_eot[rows] |= eot
+        done = eot | (generating & (next_pos >= self.sample_end[rows]))
+        self.positions[rows] = torch.where(running, next_pos, positions).clamp(max=self.n_ctx - 1)
+        self.running[rows] = running & ~done
+
+    # -- collection ----------------------------------------------------------------------------
+
+    def collect(self) -> list[WindowResult]:
+        """Results of finished windows; their slots become free. One host sync per call."""
+        occupied = [s for s, key in enumerate(self.keys) if key is not None]
+        if not occupied:
+            return []
+        running = self.running.cpu().numpy()
+        finished = [s for s in occupied if not running[s]]
+        if not finished:
+            return []
+        idx = torch.tensor(finished, device=self.device)
+        tokens = self.tokens[idx].cpu().numpy()
+        positions = self.positions[idx].cpu().numpy()
+        begin = self.sample_begin[idx].cpu().numpy()
+        sum_lp = self.sum_logprob[idx].cpu().numpy()
+        no_speech = self.no_speech_prob[idx].cpu().numpy()
+        hit_eot = self.hit_eot[idx].cpu().numpy()
+        results = []
+        for i, slot in enumerate(finished):
+            sampled = tokens[i, begin[i] : positions[i] + 1].tolist()
+            if hit_eot[i]:
+                sampled = sampled[:-1]
+            language = int(tokens[i, LANGUAGE_POSITION]) if begin[i] > LANGUAGE_POSITION else None
+            results.append(
+                WindowResult(
+                    key=self.keys[slot],
+                    tokens=sampled,
+                    sum_logprob=float(sum_lp[i]),
+                    no_speech_prob=float(no_speech[i]),
+                    language_token=language,
+                    temperature=self.temperatures[slot],
+                    hit_eot=bool(hit_eot[i]),
+                )
+            )
+            self.keys[slot] = None
+            self.host_positions[slot] = 0
+        return results

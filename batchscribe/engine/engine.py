@@ -1,0 +1,200 @@
+"""Items in, records out: the seek loop for long audio, temperature fallback and slot scheduling.
+
+Every item is cut into 30 s windows one at a time (openai transcribe(): the next window starts where
+the last complete timestamp of the previous one ends). Windows from many items share the decoder's
+slots: as slots free up, new windows are admitted in groups so the encoder runs batched, and an item's
+next window is queued as soon as its previous one finishes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from batchscribe.config import DecodeOptions
+from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
+from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
+from batchscribe.engine.logits import RuleSpec
+from batchscribe.model.tokenizer import Tokenizer
+from batchscribe.model.whisper import Whisper
+from batchscribe.output.verbose_json import WindowStats, compression_ratio, make_record, split_window
+
+
+@dataclass
+class _Item:
+    """Host-side progress of one item through its windows."""
+
+    id: str
+    audio: np.ndarray  # [n] float32, 16 kHz
+    language_token: int | None  # forced, or detected on the first window
+    seek: int = 0  # mel frames consumed
+    temp_index: int = 0
+    segments: list = field(default_factory=list)
+
+    @property
+    def content_frames(self) -> int:
+        return len(self.audio) // HOP_LENGTH
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+
+def decoder_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> DecoderSpec:
+    max_initial = None
+    if options.max_initial_timestamp is not None:
+        max_initial = round(options.max_initial_timestamp / 0.02)
+    rules = RuleSpec(
+        n_vocab=tokenizer.n_vocab,
+        eot=tokenizer.eot,
+        no_timestamps=tokenizer.no_timestamps,
+        timestamp_begin=tokenizer.timestamp_begin,
+        suppress=tokenizer.suppress_token_ids(options.suppress_tokens, model_suppress),
+        blank=tokenizer.blank_tokens() if options.suppress_blank else (),
+        timestamps=not options.without_timestamps,
+        max_initial_timestamp_index=max_initial,
+    )
+    languages = tuple(tokenizer.language_tokens.values()) if tokenizer.is_multilingual else ()
+    return DecoderSpec(
+        rules=rules,
+        no_speech=tokenizer.no_speech,
+        language_tokens=languages,
+        sample_len=options.sample_len or n_text_ctx // 2,
+    )
+
+
+class Engine:
+    """Transcribes a stream of (id, audio) items with a SlotDecoder; yields records as items finish."""
+
+    def __init__(
+        self,
+        model: Whisper,
+        tokenizer: Tokenizer,
+        options: DecodeOptions,
+        model_suppress: list[int],
+        device: torch.device,
+        n_slots: int,
+    ):
+        self.tokenizer, self.options = tokenizer, options
+        spec = decoder_spec(tokenizer, options, model_suppress, model.dims.n_text_ctx)
+        self.decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed)
+        self.forced_language: int | None = None
+        if options.language is not None and tokenizer.is_multilingual:
+            self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
+        self._id_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+        # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
+        self.admit_min = max(1, n_slots // 4)
+
+    # -- windows -------------------------------------------------------------------------------
+
+    def _prompt(self, item: _Item) -> tuple[tuple[int, ...], bool]:
+        tok = self.tokenizer
+        if not tok.is_multilingual:
+            return tok.sot_sequence(None, self.options.task, self.options.without_timestamps), False
+        detect = item.language_token is None
+        task = tok.transcribe if self.options.task == "transcribe" else tok.translate
+        language = tok.sot if detect else item.language_token  # placeholder, replaced in the step
+        prompt = (tok.sot, language, task)
+        if self.options.without_timestamps:
+            prompt += (tok.no_timestamps,)
+        return prompt, detect
+
+    def _window(self, key: int, item: _Item) -> WindowRequest:
+        start = item.seek * HOP_LENGTH
+        audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
+        prompt, detect = self._prompt(item)
+        temperature = self.options.temperatures[item.temp_index]
+        return WindowRequest(key, audio, prompt, detect, temperature)
+
+    # -- results -------------------------------------------------------------------------------
+
+    def _needs_fallback(self, avg_logprob: float, ratio: float, no_speech_prob: float) -> bool:
+        """openai decode_with_fallback's test."""
+        opt = self.options
+        too_repetitive = opt.compression_ratio_threshold is not None and ratio > opt.compression_ratio_threshold
+        too_unlikely = opt.logprob_threshold is not None and avg_logprob < opt.logprob_threshold
+        silent = opt.no_speech_threshold is not None and no_speech_prob > opt.no_speech_threshold
+        return (too_repetitive or too_unlikely) and not (silent and too_unlikely)
+
+    def _finish_window(self, item: _Item, res: WindowResult) -> bool:
+        """Fold a window's result into its item; True when the item has no audio left."""
+        opt = self.options
+        if item.language_token is None and res.language_token is not None:
+            item.language_token = res.language_token
+        avg_logprob = res.sum_logprob / (len(res.tokens) + 1)
+        text = self.tokenizer.decode(res.tokens)
+        ratio = compression_ratio(text)
+        if self._needs_fallback(avg_logprob, ratio, res.no_speech_prob) and item.temp_index + 1 < len(opt.temperatures):
+            item.temp_index += 1
+            return False
+        item.temp_index = 0
+        window_frames = min(N_FRAMES, item.content_frames - item.seek)
+        skip = opt.no_speech_threshold is not None and res.no_speech_prob > opt.no_speech_threshold
+        if opt.logprob_threshold is not None and avg_logprob > opt.logprob_threshold:
+            skip = False
+        if skip:  # silence: openai transcribe() moves on by the whole window
+            item.seek += window_frames
+        else:
+            stats = WindowStats(res.temperature, avg_logprob, ratio, res.no_speech_prob)
+            window = split_window(
+                res.tokens,
+                self.tokenizer,
+                time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
+                window_frames=window_frames,
+                seek=item.seek,
+                stats=stats,
+            )
+            item.segments.extend(window.segments)
+            # Never stall: a window always consumes at least one frame.
+            item.seek = max(window.seek, item.seek + 1)
+        return item.seek >= item.content_frames
+
+    def _record(self, item: _Item) -> dict:
+        code = self._id_of_token.get(item.language_token, "en") if item.language_token else "en"
+        return make_record(item.id, item.segments, self.tokenizer.language_name(code), item.duration)
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict]:
+        source = iter(items)
+        exhausted = False
+        live: dict[int, _Item] = {}  # key -> item with a window queued or in a slot
+        queue: deque[int] = deque()  # keys whose next window waits for a slot
+        next_key = 0
+        dec = self.decoder
+        while True:
+            free = dec.free_slots()
+            while not exhausted and len(queue) < len(free):
+                try:
+                    item_id, audio = next(source)
+                except StopIteration:
+                    exhausted = True
+                    break
+                item = _Item(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
+                if item.content_frames == 0:
+                    yield self._record(item)
+                    continue
+                live[next_key] = item
+                queue.append(next_key)
+                next_key += 1
+            n_rows = dec.rows_in_use()
+            if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
+                group = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+                dec.admit([self._window(k, live[k]) for k in group], free[: len(group)])
+                n_rows = dec.rows_in_use()
+            if n_rows == 0:
+                if exhausted and not queue:
+                    return
+                continue
+            dec.step(n_rows)
+            for res in dec.collect():
+                item = live[res.key]
+                if self._finish_window(item, res):
+                    del live[res.key]
+                    yield self._record(item)
+                else:
+                    queue.append(res.key)
