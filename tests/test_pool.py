@@ -9,6 +9,8 @@ from __future__ import annotations
 import io
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,7 +48,6 @@ def flac_rows(shared_data: Path) -> list[dict]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int) -> None:
-    pytest.importorskip("batchscribe.audio.decode")
     items = [SourceItem(r["id"], r["audio"]["bytes"], r["audio"]["path"], r["text"], {}) for r in flac_rows]
     items[2] = SourceItem("garbage", b"\x00not audio at all" * 50, None, None, {})
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
@@ -122,3 +123,15 @@ def test_bad_arguments() -> None:
         list(decode_stream([], workers=1, prefetch=0))
     with pytest.raises(ValueError, match="workers=-1"):
         list(decode_stream([], workers=-1))
+
+
+def test_streaming_memory_is_flat(shared_data: Path) -> None:
+    """Peak RSS for all 838 train-clean-5 rows within 20% of 100 rows (the benchmark, ~15 s)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_streaming.py"
+    proc = subprocess.run([sys.executable, str(script), "--rows", "100", "838", "--workers", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    table = [line.split() for line in proc.stdout.splitlines() if line.strip() and line.split()[0].isdigit()]
+    assert [(int(r[0]), int(r[1]), int(r[2])) for r in table] == [(100, 100, 0), (838, 838, 0)]
+    small, large = float(table[0][-1]), float(table[1][-1])
+    assert large <= 1.2 * small, proc.stdout
