@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -108,6 +109,7 @@ def test_prefetch_bounds_items_in_flight() -> None:
     stream: Iterator[DecodedItem] = decode_stream(source(), workers=1, prefetch=prefetch, decoder=_bytes_decoder)
     for k, _ in enumerate(stream):
         seen_ahead.append(pulled - k)  # items pulled but not yet handed to the caller (incl. this one)
+        time.sleep(0.01)  # a slow consumer: the pool runs ahead until prefetch stops it
     assert max(seen_ahead) == prefetch
     assert len(seen_ahead) == 40
 
@@ -135,3 +137,27 @@ def test_streaming_memory_is_flat(shared_data: Path) -> None:
     assert [(int(r[0]), int(r[1]), int(r[2])) for r in table] == [(100, 100, 0), (838, 838, 0)]
     small, large = float(table[0][-1]), float(table[1][-1])
     assert large <= 1.2 * small, proc.stdout
+
+
+def _big_decoder(data: bytes | str) -> np.ndarray:
+    """Narrow stand-in for hours-long audio: 1 MB of samples per item."""
+    return np.zeros(1 << 18, dtype=np.float32)
+
+
+def test_byte_budget_bounds_long_audio() -> None:
+    pulled = 0
+
+    def source() -> Iterator[SourceItem]:
+        nonlocal pulled
+        for item in _items([b"x"] * 30):
+            pulled += 1
+            yield item
+
+    ahead = []
+    stream = decode_stream(source(), workers=2, prefetch=64, decoder=_big_decoder, max_buffered_bytes=3 << 20)
+    for k, dec in enumerate(stream):
+        time.sleep(0.01)  # a slow consumer: decoded results pile up unless the budget stops them
+        assert dec.audio is not None and dec.audio.nbytes == 1 << 20
+        ahead.append(pulled - k)
+    # At most the budget (3 items) done and waiting plus 2 per worker handed out (4) being decoded.
+    assert len(ahead) == 30 and max(ahead) <= 3 + 4

@@ -225,3 +225,20 @@ def test_input_errors(tmp_path: Path) -> None:
         iter_source([], SourceOptions())
     with pytest.raises(ConfigError, match=r"shard_index=3 is outside 0..2"):
         SourceOptions(num_shards=3, shard_index=3)
+
+
+def test_audiofolder_metadata_and_single_file(tmp_path: Path, reference: list[dict]) -> None:
+    # The datasets `audiofolder` convention: metadata.jsonl with file_name beside the audio.
+    for row in reference[:3]:
+        (tmp_path / f"{row['id']}.flac").write_bytes(row["audio"]["bytes"])
+    (tmp_path / "metadata.jsonl").write_text(
+        "".join(json.dumps({"file_name": f"{r['id']}.flac", "text": r["text"], "spk": r["speaker_id"]}) + "\n"
+                for r in reference[:3])
+    )
+    items = list(iter_source([str(tmp_path)], SourceOptions(passthrough=("spk",))))
+    assert [(i.id, i.text, i.extra) for i in items] == [
+        (r["id"], r["text"], {"spk": r["speaker_id"]}) for r in reference[:3]
+    ]
+    assert [_payload(i) for i in items] == [r["audio"]["bytes"] for r in reference[:3]]
+    single = list(iter_source([str(tmp_path / f"{reference[0]['id']}.flac")], SourceOptions()))
+    assert [(i.id, _payload(i)) for i in single] == [(reference[0]["id"], reference[0]["audio"]["bytes"])]

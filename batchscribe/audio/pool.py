@@ -26,6 +26,9 @@ from batchscribe.audio.sources import SourceItem
 # A decoder takes encoded bytes or a path and returns float32 mono 16 kHz samples. It must be a
 # module-level function so worker processes can unpickle it.
 Decoder = Callable[[bytes | str], np.ndarray]
+_Result = tuple[np.ndarray | None, str | None]  # (audio [n_samples] float32, None) or (None, reason)
+_Pending = deque[tuple[SourceItem, Future[_Result]]]
+DEFAULT_MAX_BUFFERED_BYTES = 1 << 30  # ~4.6 h of decoded 16 kHz float32 audio
 
 
 @dataclass(frozen=True)
@@ -50,11 +53,15 @@ def decode_stream(
     workers: int | None = None,
     prefetch: int = 64,
     decoder: Decoder | None = None,
+    max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
 ) -> Iterator[DecodedItem]:
     """Decode `items` in `workers` processes (None: `default_workers()`; 0: inline, in this process).
 
-    Results come out in input order. At most `prefetch` items are submitted and not yet yielded;
-    `items` is pulled only as room frees up, so it may be an endless stream. `decoder` replaces
+    Results come out in input order. At most `prefetch` items are submitted and not yet yielded,
+    and no new item is submitted while the buffered audio (encoded bytes in flight plus decoded
+    results waiting for their turn) exceeds `max_buffered_bytes`, so a run of hours-long files
+    cannot fill memory: the bound is that budget plus `workers` items being decoded. `items` is
+    pulled only as room frees up, so it may be an endless stream. `decoder` replaces
     `batchscribe.audio.decode.decode_audio` (a module-level function; for tests and plug-ins).
     """
     if prefetch < 1:
@@ -66,19 +73,20 @@ def decode_stream(
         for item in items:
             yield _finish(item, _decode_one(item, decoder))
         return
-    yield from _decode_pooled(items, workers, prefetch, decoder)
+    yield from _decode_pooled(items, workers, prefetch, decoder, max_buffered_bytes)
 
 
 def _decode_pooled(
-    items: Iterable[SourceItem], workers: int, prefetch: int, decoder: Decoder | None
+    items: Iterable[SourceItem], workers: int, prefetch: int, decoder: Decoder | None,
+    max_buffered_bytes: int,
 ) -> Iterator[DecodedItem]:
     pool = _new_pool(workers)
-    pending: deque[tuple[SourceItem, Future[tuple[np.ndarray | None, str | None]]]] = deque()
+    pending: _Pending = deque()
     try:
         source = iter(items)
         exhausted = False
         while True:
-            while not exhausted and len(pending) < prefetch:
+            while not exhausted and _has_room(pending, prefetch, 2 * workers, max_buffered_bytes):
                 item = next(source, None)
                 if item is None:
                     exhausted = True
@@ -105,10 +113,30 @@ def _decode_pooled(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _isolate(
-    pending: deque[tuple[SourceItem, Future[tuple[np.ndarray | None, str | None]]]],
-    decoder: Decoder | None,
-) -> Iterator[DecodedItem]:
+def _has_room(pending: _Pending, prefetch: int, max_undone: int, max_buffered_bytes: int) -> bool:
+    """May one more item be submitted? Count, work queued for the workers, and bytes all allow it.
+
+    Decoded sizes are unknown until decoded, so only `max_undone` items (two per worker: one
+    running, one queued, so none idles) are handed out ahead of their results; finished results
+    then wait in order until their bytes reach the budget.
+    """
+    if not pending:
+        return True
+    if len(pending) >= prefetch:
+        return False
+    undone = 0
+    buffered = 0
+    for item, future in pending:
+        buffered += len(item.audio_bytes or b"")
+        if not future.done():
+            undone += 1
+        elif not future.cancelled() and future.exception() is None:
+            audio = future.result()[0]
+            buffered += 0 if audio is None else audio.nbytes
+    return undone < max_undone and buffered < max_buffered_bytes
+
+
+def _isolate(pending: _Pending, decoder: Decoder | None) -> Iterator[DecodedItem]:
     """After a worker died: keep finished results, retry the rest one at a time, in order.
 
     One item per pool at a time means a second death can only be that item's fault, so the error
@@ -143,13 +171,13 @@ def _new_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method))
 
 
-def _broken_future() -> Future[tuple[np.ndarray | None, str | None]]:
-    future: Future[tuple[np.ndarray | None, str | None]] = Future()
+def _broken_future() -> Future[_Result]:
+    future: Future[_Result] = Future()
     future.set_exception(BrokenProcessPool("the decoder pool was already broken"))
     return future
 
 
-def _decode_one(item: SourceItem, decoder: Decoder | None) -> tuple[np.ndarray | None, str | None]:
+def _decode_one(item: SourceItem, decoder: Decoder | None) -> _Result:
     """Runs in a worker: (audio [n_samples] float32, None) or (None, reason)."""
     if decoder is None:
         from batchscribe.audio.decode import decode_audio
@@ -175,7 +203,7 @@ def _reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, AudioDecodeError) else f"{type(exc).__name__}: {exc}"
 
 
-def _finish(item: SourceItem, result: tuple[np.ndarray | None, str | None]) -> DecodedItem:
+def _finish(item: SourceItem, result: _Result) -> DecodedItem:
     audio, reason = result
     return DecodedItem(
         id=item.id,
