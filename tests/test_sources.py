@@ -97,7 +97,8 @@ def test_hub_style_folder(tmp_path: Path, parquet_path: Path, reference: list[di
 
 def test_audio_folder(flac_folder: Path, reference: list[dict]) -> None:
     items = list(iter_source([str(flac_folder)], SourceOptions()))
-    # Derived ids are relative paths without the extension, in sorted order; non-audio is skipped.
+    # Derived ids are relative paths without the extension, walked in name order (the speaker
+    # folders are all digits, so that is plain sorted order); non-audio is skipped.
     expected = sorted(f"{r['speaker_id']}/{r['id']}" for r in reference)
     assert [i.id for i in items] == expected
     by_id = {r["id"]: r for r in reference}

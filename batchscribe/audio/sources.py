@@ -12,7 +12,8 @@ Supported inputs (detected per input string, in this order):
   `datasets.load_dataset(folder)`;
 - any other folder with Parquet files: every `*.parquet` below it, sorted by relative path;
 - a folder with `metadata.jsonl` / `metadata.csv` (the `audiofolder` convention): that manifest;
-- a folder of audio files, recursive, sorted by relative path; other files are skipped;
+- a folder of audio files, recursive (depth first, names sorted in each folder); other files
+  are skipped;
 - anything else that looks like `name` or `owner/name`: a Hugging Face hub dataset id.
 
 Audio is never decoded here: an item carries the encoded bytes or a path, so a broken file becomes
@@ -29,6 +30,7 @@ import csv
 import glob
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -142,15 +144,17 @@ def _read_all(readers: list[tuple[str, Callable[[], Iterator[SourceItem]]]]) -> 
 
 def _select(items: Iterable[SourceItem], opts: SourceOptions) -> Iterator[SourceItem]:
     seen: set[str] = set()
+    next_suffix: dict[str, int] = {}  # duplicated id -> the k to try next (no O(k^2) rescans)
     taken = 0
     if opts.limit == 0:
         return
     for item in items:
         item_id = item.id
         if item_id in seen:
-            k = 2
+            k = next_suffix.get(item.id, 2)
             while f"{item.id}#{k}" in seen:
                 k += 1
+            next_suffix[item.id] = k + 1
             item_id = f"{item.id}#{k}"
             item = SourceItem(item_id, item.audio_bytes, item.path, item.text, item.extra)
         seen.add(item_id)
@@ -215,15 +219,14 @@ def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceIt
         manifest = path / name
         if manifest.is_file():
             return _plan_file(manifest, opts)
-    audio = _audio_files(path)
-    if not audio:
+    if next(_walk_audio(path), None) is None:
         n_files = sum(1 for p in path.rglob("*") if p.is_file())
         raise SourceError(
             f"{path}: no Parquet files, dataset or audio files found ({n_files} other files); "
             f"audio extensions read are {', '.join(sorted(AUDIO_EXTENSIONS))}"
         )
     _no_passthrough(path, opts)
-    return lambda: _read_audio_folder(path, audio)
+    return lambda: _read_audio_folder(path)
 
 
 def _no_passthrough(where: Path, opts: SourceOptions) -> None:
@@ -391,9 +394,19 @@ def _strip_audio_ext(name: str) -> str:
     return stem if dot and f".{ext.lower()}" in AUDIO_EXTENSIONS else name
 
 
-def _audio_files(folder: Path) -> list[Path]:
-    files = (p for p in folder.rglob("*") if p.suffix.lower() in AUDIO_EXTENSIONS and p.is_file())
-    return sorted(files, key=lambda p: p.relative_to(folder).as_posix())
+def _walk_audio(folder: Path) -> Iterator[Path]:
+    """Audio files below `folder`, depth first, each folder's entries sorted by name.
+
+    A walk rather than one sorted listing, so a folder of millions of files costs memory for
+    one directory's names at a time. Symlinked folders are not followed (no cycles).
+    """
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk_audio(Path(entry.path))
+        elif Path(entry.name).suffix.lower() in AUDIO_EXTENSIONS and entry.is_file():
+            yield Path(entry.path)
 
 
 def _audio_file_item(path: Path, item_id: str) -> SourceItem:
@@ -403,8 +416,8 @@ def _audio_file_item(path: Path, item_id: str) -> SourceItem:
     return SourceItem(id=item_id, audio_bytes=None, path=str(path), text=text, extra={})
 
 
-def _read_audio_folder(folder: Path, files: list[Path]) -> Iterator[SourceItem]:
-    for path in files:
+def _read_audio_folder(folder: Path) -> Iterator[SourceItem]:
+    for path in _walk_audio(folder):
         yield _audio_file_item(path, path.relative_to(folder).with_suffix("").as_posix())
 
 
