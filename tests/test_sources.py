@@ -243,3 +243,16 @@ def test_audiofolder_metadata_and_single_file(tmp_path: Path, reference: list[di
     assert [_payload(i) for i in items] == [r["audio"]["bytes"] for r in reference[:3]]
     single = list(iter_source([str(tmp_path / f"{reference[0]['id']}.flac")], SourceOptions()))
     assert [(i.id, _payload(i)) for i in single] == [(reference[0]["id"], reference[0]["audio"]["bytes"])]
+
+
+def test_unknown_hub_id_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub.constants
+
+    # Offline, so the test does not wait on network retries; the hub answers "unreachable".
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    plan = iter_source(["someone/no-such-dataset"], SourceOptions())  # a hub id: nothing read yet
+    with pytest.raises(SourceError, match=r"could not load 'someone/no-such-dataset' as a Hugging Face "
+                                          r"dataset .*it is not a local path either.*--config and --split"):
+        next(plan)
