@@ -60,7 +60,7 @@ def decode_stream(
     Results come out in input order. At most `prefetch` items are submitted and not yet yielded,
     and no new item is submitted while the buffered audio (encoded bytes in flight plus decoded
     results waiting for their turn) exceeds `max_buffered_bytes`, so a run of hours-long files
-    cannot fill memory: the bound is that budget plus `workers` items being decoded. `items` is
+    cannot fill memory: the bound is that budget plus two items per worker. `items` is
     pulled only as room frees up, so it may be an endless stream. `decoder` replaces
     `batchscribe.audio.decode.decode_audio` (a module-level function; for tests and plug-ins).
     """
@@ -159,6 +159,8 @@ def _isolate(pending: _Pending, decoder: Decoder | None) -> Iterator[DecodedItem
                     "decoder, or out of memory); the audio is probably corrupt: re-encode it "
                     "(e.g. ffmpeg -i IN -ar 16000 -ac 1 OUT.flac) or drop it"
                 ))
+            except Exception as exc:  # e.g. an item that cannot be pickled to a worker
+                result = (None, f"{type(exc).__name__}: {exc}")
             yield _finish(item, result)
     finally:
         pool.shutdown(wait=True)
