@@ -86,13 +86,18 @@ def test_order_and_errors_inline_equals_pooled() -> None:
 
 
 def test_worker_crash_costs_only_that_item() -> None:
-    payloads = [bytes([i]) * 4 for i in range(12)]
-    payloads[5] = CRASH
+    payloads = [bytes([i]) * 4 for i in range(14)]
+    crashers = {5, 6, 11}  # two in the same in-flight window, one after the pool was replaced
+    for i in crashers:
+        payloads[i] = CRASH
     out = list(decode_stream(_items(payloads), workers=2, prefetch=4, decoder=_bytes_decoder))
-    assert [d.id for d in out] == [f"item{i}" for i in range(12)]
-    assert out[5].audio is None and out[5].error is not None
-    assert out[5].error.startswith("item5: the decoder process died")
-    assert all(d.error is None for i, d in enumerate(out) if i != 5)
+    assert [d.id for d in out] == [f"item{i}" for i in range(14)]
+    for i, d in enumerate(out):
+        if i in crashers:
+            assert d.audio is None and d.error is not None
+            assert d.error.startswith(f"item{i}: the decoder process died")
+        else:
+            assert d.error is None and d.audio is not None and d.audio[0] == i
 
 
 def test_prefetch_bounds_items_in_flight() -> None:
