@@ -226,6 +226,8 @@ def test_split_model_across_folders_converts_identically(tiny_en_dir: Path, tmp_
     source = json.loads((out / SOURCE_FILE).read_text())
     assert [Path(f["path"]).name for f in source["files"]] == ["model.bin.part1", "model.bin.part2", "model.bin.part3"]
     assert not list(tmp_path.glob(".hf.tmp-*"))
+    with pytest.raises(FileExistsError, match="already exists"):
+        convert_ct2_to_hf([a, b], out)
 
     (a / "model.bin.part2").unlink()
     with pytest.raises(Ct2FormatError, match="model.bin.part2 is missing"):

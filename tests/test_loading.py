@@ -129,8 +129,13 @@ def test_hub_id_is_served_from_the_offline_hf_cache(tiny_en_dir: Path, tmp_path:
     pickle_only = _hub_cache(hub, "someone/pickled-whisper", tiny_en_dir, ["config.json"])
     (pickle_only / "pytorch_model.bin").write_bytes(b"not a pickle")  # must never be read
     code = f"""
+        from batchscribe.model import loading
         from batchscribe.model.loading import ModelFormatError, ModelNotFoundError, resolve_model
         print(resolve_model("openai/whisper-tiny.en", cache_dir={str(tmp_path / 'bs')!r}))
+        # An alias whose package is not installed falls back to its hub id.
+        absent = loading.PackagePart("absent-pkg", "0", "absent_pkg_for_test", "model", ())
+        loading.ALIASES["tiny.en"] = loading.Alias("tiny.en", (absent,), "openai/whisper-tiny.en")
+        print(resolve_model("tiny.en", cache_dir={str(tmp_path / 'bs')!r}))
         for name in ("someone/pickled-whisper", "openai/whisper-large-v3"):
             try:
                 resolve_model(name, cache_dir={str(tmp_path / 'bs')!r})
@@ -140,10 +145,10 @@ def test_hub_id_is_served_from_the_offline_hf_cache(tiny_en_dir: Path, tmp_path:
     result = _run_python(code, {"HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub)})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert Path(lines[0]) == snapshot
+    assert Path(lines[0]) == Path(lines[1]) == snapshot
     # A cached snapshot with only a pickled checkpoint is refused, never unpickled.
-    assert lines[1].startswith("ModelFormatError") and "safetensors" in lines[1]
-    assert lines[2].startswith("ModelNotFoundError") and "openai/whisper-large-v3" in lines[2]
+    assert lines[2].startswith("ModelFormatError") and "safetensors" in lines[2]
+    assert lines[3].startswith("ModelNotFoundError") and "openai/whisper-large-v3" in lines[3]
     assert not (tmp_path / "bs").exists()
 
 

@@ -230,7 +230,10 @@ class _Mapper:
 
     def fused(self, ct2: str, hf_prefix: str, parts: Sequence[str]) -> None:
         """Split a fused [len(parts) * d, d] projection; k_proj has no bias in HF Whisper."""
-        weights = self.take(f"{ct2}/weight").chunk(len(parts), dim=0)  # each [d, d]
+        fused = self.take(f"{ct2}/weight")  # [len(parts) * d, d]
+        if fused.dim() != 2 or fused.shape[0] != len(parts) * fused.shape[1]:
+            raise Ct2FormatError(f"{ct2}/weight has shape {list(fused.shape)}; expected [{len(parts)}*d, d]")
+        weights = fused.chunk(len(parts), dim=0)  # each [d, d]
         biases = self.take(f"{ct2}/bias").chunk(len(parts), dim=0)  # each [d]
         for part, w, b in zip(parts, weights, biases):
             self.put(f"{hf_prefix}.{part}.weight", w)
@@ -479,9 +482,12 @@ def convert_ct2_to_hf(
 ) -> Path:
     """Write a complete HF Whisper folder at `dst_dir`, atomically (temp dir + rename).
 
-    If another process finished the same `dst_dir` first, its folder is kept and ours dropped.
+    `dst_dir` must not exist. If another process completes the same `dst_dir` while we convert,
+    its folder is kept and ours dropped (both came from the same files).
     """
     src_dirs = [Path(d) for d in src_dirs]
+    if Path(dst_dir).exists():
+        raise FileExistsError(f"{dst_dir} already exists; remove it or choose another output folder")
     pieces, tokenizer_path, config_path = find_ct2_files(src_dirs)
     model = read_ct2(pieces, expected_sha256, checksum_fix)
     sd = ct2_to_hf_state_dict(model)
