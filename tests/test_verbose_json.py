@@ -240,6 +240,21 @@ def test_compression_ratio_equals_openai(text: str) -> None:
     assert compression_ratio(text) == openai_compression_ratio(text)
 
 
+def test_window_stats_as_openai_decoding_computes_them(tok: Tokenizer) -> None:
+    ref = whisper.tokenizer.get_tokenizer(False)
+    tb = tok.timestamp_begin
+    rng = np.random.default_rng(7)
+    for n in [0, 1, 5, 40]:
+        text_ids = [int(t) for t in rng.integers(0, tok.eot, n)]
+        tokens = [tb + 3, *text_ids, tb + 90, tb + 90, *ref.encode(" so so so so so so"), tb + 200]
+        tokens += [tok.language_tokens["de"]] if n == 5 else []  # a sampled special token stays in the text
+        stats = WindowStats.from_decode(tokens, tok, temperature=0.2, sum_logprob=-3.5, no_speech_prob=0.3)
+        # openai DecodingTask.run: text = decode(tokens).strip(); avg over len(tokens) + 1 (eot).
+        assert stats.compression_ratio == openai_compression_ratio(ref.decode(tokens).strip())
+        assert stats.avg_logprob == -3.5 / (len(tokens) + 1)
+        assert (stats.temperature, stats.no_speech_prob) == (0.2, 0.3)
+
+
 def validate(record: dict[str, Any]) -> None:
     parsed = TranscriptionVerbose.model_validate(record, strict=True)
     assert set(record) == {"id", "text", "language", "duration", "segments"}

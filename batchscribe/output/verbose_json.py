@@ -29,6 +29,8 @@ class _TokenizerLike(Protocol):
 
     def decode(self, tokens: Sequence[int]) -> str: ...
 
+    def decode_with_timestamps(self, tokens: Sequence[int]) -> str: ...
+
 
 def compression_ratio(text: str) -> float:
     """UTF-8 bytes over zlib-compressed bytes (openai `compression_ratio`); high means repetitive."""
@@ -44,6 +46,30 @@ class WindowStats:
     avg_logprob: float = 0.0  # sum of sampled-token logprobs / (n_tokens + 1), eot included
     compression_ratio: float = 0.0  # of the window's decoded text, stripped
     no_speech_prob: float = 0.0  # P(<|nospeech|>) at the start-of-transcript position
+
+    @classmethod
+    def from_decode(
+        cls,
+        tokens: Sequence[int],
+        tokenizer: _TokenizerLike,
+        *,
+        temperature: float,
+        sum_logprob: float,
+        no_speech_prob: float,
+    ) -> WindowStats:
+        """The fields as openai DecodingTask.run computes them from a window's sampled tokens.
+
+        `tokens` exclude the prompt and eot; `sum_logprob` includes eot's log-probability, hence
+        the +1. The ratio is of the stripped text with only timestamps dropped (openai's
+        `Tokenizer.decode`: a sampled special token such as <|en|> stays in the text).
+        """
+        text = tokenizer.decode_with_timestamps([t for t in tokens if t < tokenizer.timestamp_begin])
+        return cls(
+            temperature=temperature,
+            avg_logprob=sum_logprob / (len(tokens) + 1),
+            compression_ratio=compression_ratio(text.strip()),
+            no_speech_prob=no_speech_prob,
+        )
 
 
 @dataclass(frozen=True)
