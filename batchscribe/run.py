@@ -160,7 +160,9 @@ def run(
     config = run_config(inputs, opts)
     check_run_config(output_dir, config)
     items = _peeked(iter_source(inputs, opts.source))  # input and column errors before the model loads
+    load_start = time.monotonic()
     transcriber = (transcriber_factory or default_transcriber)(opts)
+    load_seconds = time.monotonic() - load_start
     model_info = _jsonable(getattr(transcriber, "model_info", None))
     write_run_config(output_dir, {**config, "model_info": model_info})
 
@@ -168,6 +170,7 @@ def run(
                          opts.commit_seconds, on_commit=state.on_commit)
     sink = _Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source),
                  progress)
+    sink.load_seconds = load_seconds
     status = "interrupted"
     try:
         _pipeline(items, transcriber, sink, opts)
@@ -254,6 +257,7 @@ class _Sink:
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = self.skipped = 0
         self.audio_seconds = 0.0
+        self.load_seconds = 0.0
         self.stop = False
         self._lock = threading.Lock()
 
@@ -334,6 +338,10 @@ def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: 
                      "audio_hours": session_seconds / 3600.0},
         "wall_seconds": wall,
         "rtfx": session_seconds / wall if wall > 0 else 0.0,
+        # Model loading (and first-use conversion) is a fixed cost; without it, the steady rate.
+        "model_load_seconds": sink.load_seconds,
+        "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
+                                      if wall > sink.load_seconds else 0.0),
         "start_time": start_time,
         "end_time": _now(),
         "model": {"name": opts.model, "info": model_info},
