@@ -204,6 +204,8 @@ def run_command(
                                                 "default: cores - 1.", show_default=False)] = None,
     max_errors: Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this "
                                                    "have failed.", show_default=False)] = None,
+    shard_size: Annotated[int, typer.Option(help="Records per shard file (a shard is also committed "
+                                            "after 60 s).")] = 1000,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(help="Where converted models are cached.",
                                                    show_default=False)] = None,
@@ -230,7 +232,7 @@ def run_command(
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  passthrough=_split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
-            format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite,
+            format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
         )
         result = _run_with_bar(items, output, opts, progress)
     _print_summary(result)
@@ -258,7 +260,8 @@ def demo_command(
     run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=16,
                 language=None, task="transcribe", without_timestamps=False, limit=None, fmt="jsonl",
                 audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,
-                split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, overwrite=False,
+                split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, shard_size=1000,
+                overwrite=False,
                 cache_dir=None, progress=True, report=True)
 
 
