@@ -240,3 +240,33 @@ def test_sigkill_then_resume_is_exactly_once_real_model(tmp_path: Path, tiny_en_
         assert sorted(r["id"] for r in records) == sorted(rows)  # exactly once
         assert {r["id"]: r.get("text", r.get("error")) for r in records} == reference
         assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+@needs_api
+def test_same_transcripts_from_every_input_kind(tmp_path: Path, tiny_en_dir: Path, shared_data: Path) -> None:
+    """The same rows as Parquet, save_to_disk, hub-style folder and audio folder: same records."""
+    import datasets
+
+    from batchscribe.api import Transcriber
+
+    src = shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet"
+    rows = pq.read_table(src, columns=["id", "audio", "text"]).to_pylist()
+    datasets.Dataset.from_parquet(str(src), cache_dir=str(tmp_path / "cache")).save_to_disk(str(tmp_path / "disk"))
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    shutil.copy(src, tmp_path / "hub" / "data" / "test-00000-of-00001.parquet")
+    (tmp_path / "hub" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: test\n    path: data/test-*\n---\n")
+    (tmp_path / "folder").mkdir()
+    for r in rows:
+        (tmp_path / "folder" / f"{r['id']}.flac").write_bytes(r["audio"]["bytes"])
+
+    model = Transcriber(str(tiny_en_dir), device="cpu")  # one real model shared by the four runs
+    texts: dict[str, dict[str, str]] = {}
+    for kind in ("disk", "hub", "folder"):
+        run([str(tmp_path / kind)], tmp_path / f"out-{kind}", RunOptions(workers=0), lambda o: model)
+        texts[kind] = {r["id"]: r["text"] for r in read_all(tmp_path / f"out-{kind}")}
+    run([str(src)], tmp_path / "out-parquet", RunOptions(workers=0), lambda o: model)
+    texts["parquet"] = {r["id"]: r["text"] for r in read_all(tmp_path / "out-parquet")}
+    assert sorted(texts["parquet"]) == sorted(r["id"] for r in rows)
+    for kind in ("disk", "hub", "folder"):
+        assert texts[kind] == texts["parquet"], kind
