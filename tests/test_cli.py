@@ -50,6 +50,8 @@ def test_python_dash_m_help() -> None:
     (["run", "missing-file.parquet", "-o", "OUT"], "missing-file.parquet"),
     (["run", "--demo"], "--output"),
     (["run", "--demo", "-o", "OUT", "--num-shards", "2", "--shard-index", "2"], "shard_index=2"),
+    (["run", "--demo", "-o", "/dev/null/out"], "/dev/null/out is not writable"),
+    (["run", "--demo", "-o", "OUT", "--passthrough", "speaker,text"], "would overwrite record fields"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_model: FakeTranscriber,
                              args: list[str], message: str) -> None:
