@@ -169,8 +169,7 @@ def run(
     writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
                          opts.commit_seconds, on_commit=state.on_commit)
     sink = _Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source),
-                 progress)
-    sink.load_seconds = load_seconds
+                 progress, load_seconds)
     status = "interrupted"
     try:
         _pipeline(items, transcriber, sink, opts)
@@ -251,13 +250,14 @@ class _Sink:
     """Counts, writes and reports records; decides when --max-errors stops the run."""
 
     def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
-                 start: float, total: int | None, progress: ProgressCallback | None) -> None:
+                 start: float, total: int | None, progress: ProgressCallback | None,
+                 load_seconds: float = 0.0) -> None:
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
+        self.load_seconds = load_seconds
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = self.skipped = 0
         self.audio_seconds = 0.0
-        self.load_seconds = 0.0
         self.stop = False
         self._lock = threading.Lock()
 
