@@ -265,6 +265,65 @@ def demo_command(
                 cache_dir=None, progress=True, report=True)
 
 
+EVAL_EXAMPLES = """\
+[bold]Examples[/bold]
+
+  [dim]# score a run against the references its records carry (run --text-column)[/dim]
+  batchscribe eval out -o report
+
+  [dim]# score against a reference source (any `run` input with an id and a text column), by speaker[/dim]
+  batchscribe eval out --references data/test.parquet --group speaker_id -o report
+
+  [dim]# compare two models on the same rows (paired bootstrap CI, per-item wins and losses)[/dim]
+  batchscribe eval out-base --references data/test.parquet --compare out-tiny -o base-vs-tiny
+"""
+
+Normalizer = Literal["english", "basic", "none"]
+
+
+@app.command("eval", epilog=EVAL_EXAMPLES)
+def eval_command(
+    predictions: Annotated[list[Path], typer.Argument(help="Run output directories or record shard files.",
+                                                      show_default=False)],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (report.json/.md/.html).")],
+    references: Annotated[list[str] | None, typer.Option(
+        help="Reference source(s) (repeatable); default: the records' 'reference' field.",
+        show_default=False)] = None,
+    text_column: Annotated[str, typer.Option(help="Reference text column.")] = "text",
+    id_column: Annotated[str | None, typer.Option(help="Reference id column (default 'id' or derived).",
+                                                  show_default=False)] = None,
+    normalizer: Annotated[Normalizer, typer.Option(help="Text normalisation before scoring.")] = "english",
+    group: Annotated[list[str] | None, typer.Option(help="Report WER per value of this column (repeatable).",
+                                                    show_default=False)] = None,
+    compare_with: Annotated[Path | None, typer.Option("--compare", help="Another run's output to compare with.",
+                                                      show_default=False)] = None,
+    worst: Annotated[int, typer.Option(help="How many worst items to list.")] = 20,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples for the 95% CI (0: none).")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+) -> None:
+    """Word error rate of a run's records against reference transcripts."""
+    from batchscribe.eval import compare, comparison_rows, evaluate, summary_rows, write_report
+    from batchscribe.eval.inputs import EvalInputError
+
+    kwargs: dict[str, Any] = dict(references=tuple(references or ()), text_column=text_column,
+                                  id_column=id_column, normalizer=normalizer, group_columns=tuple(group or ()),
+                                  worst_n=worst, bootstrap=bootstrap, seed=seed)
+    try:
+        report = evaluate(list(predictions), **kwargs)
+        comparison = None
+        if compare_with is not None:
+            other = evaluate([compare_with], **kwargs)
+            comparison = compare(report, other, name_a=str(predictions[0]), name_b=str(compare_with))
+    except (EvalInputError, SourceError, ValueError) as exc:
+        _die(str(exc), 2)
+    paths = write_report(report, output, comparison)
+    table = Table(show_header=False, box=None, pad_edge=False)
+    for label, value in summary_rows(report) + (comparison_rows(comparison) if comparison else []):
+        table.add_row(f"[bold]{label}[/bold]", value)
+    out.print(table)
+    err.print(f"report: {paths['md']} (also report.json, report.html)")
+
+
 @app.command("models")
 def models_command(
     cache_dir: Annotated[Path | None, typer.Option(help="Converted-model cache to list.",

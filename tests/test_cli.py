@@ -140,3 +140,31 @@ def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ok"] == 3 and summary["rtfx"] > 0
     assert (out / "eval").is_dir() and "WER" in proc.stderr
+
+
+def test_eval_command_matches_jiwer(tmp_path: Path) -> None:
+    import jiwer
+
+    from batchscribe.output.writers import ShardWriter
+
+    records = [
+        {"id": "a", "text": " The cat sat.", "language": "english", "duration": 1.0, "segments": [],
+         "reference": "THE CAT SAT ON THE MAT"},
+        {"id": "b", "text": " hello world", "language": "english", "duration": 1.0, "segments": [],
+         "reference": "HELLO WORD"},
+        {"id": "c", "error": "c: broken", "duration": None, "reference": "GONE AWAY"},
+    ]
+    (tmp_path / "run").mkdir()
+    w = ShardWriter(tmp_path / "run", "jsonl")
+    for r in records:
+        w.add(r)
+    w.flush()
+    result = runner.invoke(app, ["eval", str(tmp_path / "run"), "-o", str(tmp_path / "rep"), "--normalizer",
+                                 "basic", "--bootstrap", "0"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    corpus = json.loads((tmp_path / "rep" / "report.json").read_text())["corpus"]
+    # An error record counts as an empty hypothesis: all its reference words are deletions.
+    expected = jiwer.wer(["the cat sat on the mat", "hello word", "gone away"], ["the cat sat", "hello world", ""])
+    assert corpus["wer"] == pytest.approx(expected)
+    missing = runner.invoke(app, ["eval", str(tmp_path / "nothing"), "-o", str(tmp_path / "rep2")])
+    assert missing.exit_code == 2
