@@ -47,15 +47,15 @@ def flac_rows(shared_data: Path) -> list[dict]:
     return table.slice(0, 8).to_pylist()
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int) -> None:
+@pytest.mark.parametrize("workers,threads", [(0, False), (2, False), (3, True)])
+def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int, threads: bool) -> None:
     items = [SourceItem(r["id"], r["audio"]["bytes"], r["audio"]["path"], r["text"], {}) for r in flac_rows]
     items[2] = SourceItem("garbage", b"\x00not audio at all" * 50, None, None, {})
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
     items[6] = SourceItem("missing-file", None, str(tmp_path / "nowhere.flac"), None, {})
     items.append(SourceItem("no-audio", None, None, None, {}))
 
-    out = list(decode_stream(items, workers=workers, prefetch=3))
+    out = list(decode_stream(items, workers=workers, prefetch=3, threads=threads))
 
     assert [d.id for d in out] == [i.id for i in items]
     bad = {"garbage", "truncated-header", "missing-file", "no-audio"}
