@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -18,10 +19,13 @@ import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.engine.engine import Engine
+from batchscribe.engine.graphs import slots_for_memory
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.loading import load_state_dict, resolve_model
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.model.whisper import Whisper
+from batchscribe.model.whisper import DecoderCache, Whisper
+
+log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -55,8 +59,9 @@ class Transcriber:
         model: str = "tiny.en",
         device: str = "auto",
         dtype: str | None = None,
-        batch_size: int = 16,
+        batch_size: int | None = None,
         cache_dir: str | Path | None = None,
+        cuda_graphs: bool = True,
         decode: DecodeOptions | None = None,
         **decode_options: Any,
     ):
@@ -67,7 +72,7 @@ class Transcriber:
         if decode is not None and decode_options:
             raise ConfigError("pass either decode=DecodeOptions(...) or keyword options, not both")
         self.options = decode or DecodeOptions(**decode_options)
-        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size)
+        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs)
         self.device = resolve_device(device)
         dtype_name = dtype or ("float16" if self.device.type == "cuda" else "float32")
         folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
@@ -82,16 +87,31 @@ class Transcriber:
         generation = _read_json(folder / "generation_config.json")
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
         self.model_info = ModelInfo(model, str(folder), dims, str(self.device), dtype_name)
+        self.n_slots = batch_size or self._default_slots(dims, _DTYPES[dtype_name])
+        self._engines: dict[DecodeOptions, Engine] = {}
+
+    def _default_slots(self, dims: ModelDims, dtype: torch.dtype) -> int:
+        if self.device.type != "cuda":
+            return 16
+        free, _ = torch.cuda.mem_get_info(self.device)
+        fit = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype), cap=256)
+        log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit,
+                 DecoderCache.bytes_per_slot(dims, dtype) / 1e6, free / 1e9)  # fmt: skip
+        return fit
 
     def _engine(self, options: DecodeOptions) -> Engine:
-        return Engine(
-            self.model,
-            self.tokenizer,
-            options,
-            self.model_suppress,
-            self.device,
-            n_slots=self.engine_options.batch_size,
-        )
+        # Engines hold the static caches and captured graphs: build once per option set.
+        if options not in self._engines:
+            self._engines[options] = Engine(
+                self.model,
+                self.tokenizer,
+                options,
+                self.model_suppress,
+                self.device,
+                n_slots=self.n_slots,
+                cuda_graphs=self.engine_options.cuda_graphs,
+            )
+        return self._engines[options]
 
     def transcribe_stream(
         self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
@@ -117,4 +137,4 @@ class Transcriber:
     def describe(self) -> dict[str, Any]:
         """Model and options, for summaries and run manifests."""
         info = asdict(self.model_info)
-        return {"model": info, "decode": asdict(self.options), "batch_size": self.engine_options.batch_size}
+        return {"model": info, "decode": asdict(self.options), "batch_size": self.n_slots}

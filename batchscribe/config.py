@@ -62,11 +62,12 @@ class EngineOptions:
 
     device: DeviceName = "auto"
     dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
-    batch_size: int = 16  # decoder slots on the CPU path; the GPU engine sizes its own buckets
+    batch_size: int | None = None  # decoder slots; None: 16 on the CPU, sized from memory on CUDA
+    cuda_graphs: bool = True
     attention: Literal["auto", "sdpa", "flashinfer"] = "auto"
 
     def __post_init__(self) -> None:
-        if self.batch_size < 1:
+        if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch_size={self.batch_size} must be >= 1")
         if self.dtype not in (None, "float32", "float16", "bfloat16"):
             raise ConfigError(f"dtype={self.dtype!r}; use float32, float16 or bfloat16")

@@ -68,7 +68,14 @@ class SlotDecoder:
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
-        self.generator = torch.Generator(device=device).manual_seed(seed)
+        # NOTE: CUDA graphs replay the default CUDA generator's philox state; a private generator
+        # would need registering with every graph. So on CUDA we seed the default one.
+        if device.type == "cuda":
+            torch.cuda.manual_seed(seed)
+            self.generator = None
+        else:
+            self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.runner = None  # a GraphRunner, set by the engine on CUDA
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -98,10 +105,11 @@ class SlotDecoder:
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
         """Encode a group of windows together and set up their slots."""
-        audio = torch.zeros(len(requests), N_SAMPLES, dtype=torch.float32)
+        pin = self.device.type == "cuda"
+        audio = torch.zeros(len(requests), N_SAMPLES, dtype=torch.float32, pin_memory=pin)
         for i, req in enumerate(requests):
             audio[i, : len(req.audio)] = torch.from_numpy(req.audio[:N_SAMPLES])
-        mel = self.features(audio.to(self.device))  # [G, n_mels, 3000]
+        mel = self.features(audio.to(self.device, non_blocking=True))  # [G, n_mels, 3000]
         enc = self.model.encoder(mel.to(self.dtype))  # [G, 1500, n_state]
         slot_ids = torch.tensor(slots, device=self.device)
         self.model.write_cross_kv(self.cache, enc, slot_ids)
@@ -139,8 +147,12 @@ class SlotDecoder:
     @torch.no_grad()
     def step(self, n_rows: int) -> None:
         """One decode step for rows [0, n_rows); pure tensor code from here down."""
-        kv_len = int(self.host_positions[:n_rows].max()) + 1
-        self._step(n_rows, kv_len, any(t > 0 for t in self.temperatures[:n_rows]))
+        if self.runner is not None:
+            self.runner.replay(n_rows)
+        else:
+            # The CPU attends only up to the longest row; CUDA runs exactly what a graph would.
+            kv_len = int(self.host_positions[:n_rows].max()) + 1 if self.device.type == "cpu" else None
+            self._step(n_rows, kv_len, any(t > 0 for t in self.temperatures[:n_rows]))
         self.host_positions[:n_rows] += np.array(
             [key is not None for key in self.keys[:n_rows]], dtype=np.int64
         )

@@ -18,10 +18,11 @@ import torch
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
+from batchscribe.engine.graphs import GraphRunner, default_buckets
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.model.whisper import Whisper
-from batchscribe.output.verbose_json import WindowStats, compression_ratio, make_record, split_window
+from batchscribe.output.verbose_json import WindowStats, make_record, split_window
 
 
 @dataclass
@@ -78,10 +79,22 @@ class Engine:
         model_suppress: list[int],
         device: torch.device,
         n_slots: int,
+        cuda_graphs: bool = True,
     ):
         self.tokenizer, self.options = tokenizer, options
         spec = decoder_spec(tokenizer, options, model_suppress, model.dims.n_text_ctx)
         self.decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed)
+        # The host looks at finished flags every `check_every` steps: on the GPU each look is a
+        # sync, so finished rows idle for a few inert steps instead.
+        self.check_every = 1
+        self.graphs: GraphRunner | None = None
+        if device.type == "cuda":
+            self.check_every = 8
+            if cuda_graphs:
+                sample = any(t > 0 for t in options.temperatures)
+                self.graphs = GraphRunner(self.decoder, default_buckets(n_slots), sample=sample)
+                self.graphs.capture()
+                self.decoder.runner = self.graphs
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
@@ -125,10 +138,15 @@ class Engine:
         opt = self.options
         if item.language_token is None and res.language_token is not None:
             item.language_token = res.language_token
-        avg_logprob = res.sum_logprob / (len(res.tokens) + 1)
-        text = self.tokenizer.decode(res.tokens)
-        ratio = compression_ratio(text)
-        if self._needs_fallback(avg_logprob, ratio, res.no_speech_prob) and item.temp_index + 1 < len(opt.temperatures):
+        stats = WindowStats.from_decode(
+            res.tokens,
+            self.tokenizer,
+            temperature=res.temperature,
+            sum_logprob=res.sum_logprob,
+            no_speech_prob=res.no_speech_prob,
+        )
+        avg_logprob = stats.avg_logprob
+        if self._needs_fallback(avg_logprob, stats.compression_ratio, res.no_speech_prob) and item.temp_index + 1 < len(opt.temperatures):
             item.temp_index += 1
             return False
         item.temp_index = 0
@@ -139,7 +157,6 @@ class Engine:
         if skip:  # silence: openai transcribe() moves on by the whole window
             item.seek += window_frames
         else:
-            stats = WindowStats(res.temperature, avg_logprob, ratio, res.no_speech_prob)
             window = split_window(
                 res.tokens,
                 self.tokenizer,
@@ -149,8 +166,7 @@ class Engine:
                 stats=stats,
             )
             item.segments.extend(window.segments)
-            # Never stall: a window always consumes at least one frame.
-            item.seek = max(window.seek, item.seek + 1)
+            item.seek = window.seek
         return item.seek >= item.content_frames
 
     def _record(self, item: _Item) -> dict:
@@ -190,7 +206,8 @@ class Engine:
                 if exhausted and not queue:
                     return
                 continue
-            dec.step(n_rows)
+            for _ in range(self.check_every):
+                dec.step(n_rows)
             for res in dec.collect():
                 item = live[res.key]
                 if self._finish_window(item, res):

@@ -1,0 +1,85 @@
+"""CUDA graphs for the decode step: one graph per decoder bucket, replayed for the active rows.
+
+The SlotDecoder's step reads and writes only persistent tensors (the static caches and the per-slot
+state), so capturing `_step(bucket)` once per bucket size and replaying it is the whole trick: the
+host picks the smallest bucket that covers every occupied slot, and rows inside the bucket that are
+free or finished are inert. Buckets are captured largest first into one shared memory pool (as
+nano-vllm does), so the smaller graphs reuse the largest graph's scratch memory.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import torch
+
+from batchscribe.engine.decoding import SlotDecoder
+
+log = logging.getLogger(__name__)
+
+
+def default_buckets(n_slots: int) -> list[int]:
+    """1, 2, 4, 8, 16, 32, then steps of 32 up to n_slots (n_slots itself always included)."""
+    buckets = [b for b in (1, 2, 4, 8, 16) if b < n_slots]
+    buckets += list(range(32, n_slots, 32))
+    return sorted(set(buckets + [n_slots]))
+
+
+def slots_for_memory(free_bytes: int, bytes_per_slot: int, fraction: float = 0.6, cap: int = 512) -> int:
+    """How many slots fit in a fraction of free memory, rounded down to a multiple of 8."""
+    fit = int(free_bytes * fraction) // max(1, bytes_per_slot)
+    return max(1, min(cap, fit - fit % 8 if fit >= 8 else fit))
+
+
+@dataclass(frozen=True)
+class CapturePlan:
+    buckets: tuple[int, ...]
+    capture_seconds: float
+    pool_bytes: int
+
+
+class GraphRunner:
+    """Holds one captured decode step per bucket for a SlotDecoder on a CUDA device."""
+
+    def __init__(self, decoder: SlotDecoder, buckets: list[int], sample: bool = False):
+        if decoder.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device; the CPU path steps eagerly")
+        self.decoder = decoder
+        self.buckets = sorted(buckets)
+        self.sample = sample
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.plan: CapturePlan | None = None
+
+    def capture(self) -> CapturePlan:
+        dec = self.decoder
+        start = time.perf_counter()
+        before = torch.cuda.memory_reserved(dec.device)
+        # Warm up outside capture (cuBLAS handles, lazy kernels), on a side stream as torch asks.
+        stream = torch.cuda.Stream(dec.device)
+        stream.wait_stream(torch.cuda.current_stream(dec.device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                dec._step(self.buckets[-1], None, self.sample)
+        torch.cuda.current_stream(dec.device).wait_stream(stream)
+        torch.cuda.synchronize(dec.device)
+        pool = None
+        for bucket in reversed(self.buckets):
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                dec._step(bucket, None, self.sample)
+            pool = graph.pool()
+            self.graphs[bucket] = graph
+        torch.cuda.synchronize(dec.device)
+        seconds = time.perf_counter() - start
+        self.plan = CapturePlan(tuple(self.buckets), seconds, torch.cuda.memory_reserved(dec.device) - before)
+        log.info("captured %d decode graphs %s in %.2f s", len(self.buckets), self.buckets, seconds)
+        return self.plan
+
+    def bucket_for(self, n_rows: int) -> int:
+        return self.buckets[bisect_left(self.buckets, n_rows)]
+
+    def replay(self, n_rows: int) -> None:
+        self.graphs[self.bucket_for(n_rows)].replay()

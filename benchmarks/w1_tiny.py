@@ -1,0 +1,155 @@
+"""W1: tiny.en on LibriSpeech, from Parquet bytes to written records, against transformers.
+
+    python benchmarks/w1_tiny.py --parquet ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet \
+        [--replicate 10] [--model tiny.en] [--peer-batch 256]
+
+The Parquet rows are replicated (ids made unique) into a temporary Parquet file so that the run has
+>= 1,000 utterances. batchscribe runs its whole `run` pipeline (Parquet reader, decode workers,
+engine, JSONL writer); model load and graph capture happen before the clock starts and are reported
+separately. The peer decodes the same FLAC bytes with soundfile, extracts features with
+WhisperFeatureExtractor and runs transformers' eager `generate` (fp16, timestamps on). WER is over
+the distinct utterances, normalised with batchscribe's Whisper English normaliser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+import common
+from batchscribe.api import Transcriber
+from batchscribe.config import DecodeOptions
+from batchscribe.eval.normalize import get_normalizer
+from batchscribe.run import RunOptions, run
+
+
+def replicate(src: Path, times: int, dst: Path) -> tuple[int, float, dict[str, str]]:
+    table = pq.read_table(src, columns=["id", "audio", "text", "duration_s"])
+    parts = []
+    for k in range(times):
+        ids = pa.array([f"{i}~{k}" for i in table.column("id").to_pylist()])
+        parts.append(table.set_column(0, "id", ids))
+    whole = pa.concat_tables(parts)
+    pq.write_table(whole, dst, row_group_size=64)
+    refs = dict(zip(table.column("id").to_pylist(), table.column("text").to_pylist()))
+    return whole.num_rows, float(sum(table.column("duration_s").to_pylist())) * times, refs
+
+
+def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
+    norm = get_normalizer("english")
+    keys = sorted(refs)
+    return jiwer.wer([norm(refs[k]) for k in keys], [norm(hyps[k]) for k in keys])
+
+
+def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None) -> dict:
+    decode = DecodeOptions(temperatures=(0.0,))
+    t0 = time.perf_counter()
+    transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=decode)
+    transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))])  # builds the engine and its graphs
+    load_s = time.perf_counter() - t0
+    engine = next(iter(transcriber._engines.values()))
+    capture = engine.graphs.plan.capture_seconds if engine.graphs else 0.0
+    with tempfile.TemporaryDirectory() as out:
+        opts = RunOptions(model=model, decode=decode, workers=workers)
+        common.sync()
+        t0 = time.perf_counter()
+        run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
+        common.sync()
+        seconds = time.perf_counter() - t0
+        hyps = {}
+        for shard in sorted(Path(out).glob("*.jsonl")):
+            for line in shard.read_text().splitlines():
+                rec = json.loads(line)
+                hyps[rec["id"]] = rec.get("text", "")
+    return {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps,
+            "slots": transcriber.n_slots, "memory": common.peak_gib()}  # fmt: skip
+
+
+def peer(parquet: Path, folder: str, batch: int) -> dict:
+    import soundfile as sf
+    import transformers
+
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float16).cuda().eval()
+    fe = transformers.WhisperFeatureExtractor.from_pretrained(folder)
+    tok = transformers.WhisperTokenizerFast.from_pretrained(folder)
+    table = pq.read_table(parquet, columns=["id", "audio"])
+    ids, blobs = table.column("id").to_pylist(), [a["bytes"] for a in table.column("audio").to_pylist()]
+
+    def go(limit: int | None = None) -> dict[str, str]:
+        hyps = {}
+        n = len(ids) if limit is None else limit
+        for b in range(0, n, batch):
+            audio = [sf.read(io.BytesIO(x), dtype="float32")[0] for x in blobs[b : b + batch]]
+            feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features.to("cuda", torch.float16)
+            with torch.no_grad():
+                seqs = model.generate(feats, return_timestamps=True)
+            for i, text in zip(ids[b : b + batch], tok.batch_decode(seqs, skip_special_tokens=True)):
+                hyps[i] = text
+        return hyps
+
+    go(limit=min(batch, len(ids)))  # warm-up
+    common.sync()
+    t0 = time.perf_counter()
+    hyps = go()
+    common.sync()
+    return {"seconds": time.perf_counter() - t0, "hyps": hyps, "batch": batch}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parquet", type=Path, required=True)
+    ap.add_argument("--replicate", type=int, default=10)
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--dtype", default=None)
+    ap.add_argument("--slots", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "w1.parquet"
+        n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
+        ours_r = ours(data, args.model, args.dtype, args.slots, args.workers)
+        first = {k.split("~")[0]: v for k, v in ours_r["hyps"].items() if k.endswith("~0")}
+        ours_wer = wer(refs, first)
+        peers = []
+        if torch.cuda.is_available():
+            from batchscribe.model.loading import resolve_model
+
+            folder = str(resolve_model(args.model))
+            for b in args.peer_batch:
+                p = peer(data, folder, b)
+                p["wer"] = wer(refs, {k.split("~")[0]: v for k, v in p["hyps"].items() if k.endswith("~0")})
+                peers.append(p)
+    rtfx = audio_s / ours_r["seconds"]
+    print(f"\nW1 {args.model}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, commit {common.commit()}")
+    print(f"{'system':<30}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")
+    print(f"{'batchscribe (' + str(ours_r['slots']) + ' slots)':<30}{ours_r['seconds']:>10.2f}{rtfx:>10.0f}{100 * ours_wer:>8.2f}")
+    for p in peers:
+        print(f"{'transformers bs ' + str(p['batch']):<30}{p['seconds']:>10.2f}{audio_s / p['seconds']:>10.0f}{100 * p['wer']:>8.2f}")
+    print(f"model load + capture {ours_r['load_s']:.1f} s (capture {ours_r['capture_s']:.1f} s), peak {ours_r['memory']}")
+    if peers and not args.no_append:
+        best = max(peers, key=lambda p: audio_s / p["seconds"])
+        ratio = best["seconds"] / ours_r["seconds"]
+        print(f"ratio vs best transformers batch: {ratio:.1f}x")
+        common.append_result({
+            "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records",
+            "ours": f"RTFx {rtfx:.0f} ({ours_r['slots']} slots)",
+            "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
+            "ratio": f"{ratio:.1f}x", "wer": f"{100 * ours_wer:.2f} / {100 * best['wer']:.2f} %",
+            "memory": ours_r["memory"], "capture": f"{ours_r['capture_s']:.1f} s",
+        })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""W2: the large-v3 architecture with random bf16 weights, exactly 128 tokens per 30 s window.
+
+batchscribe's engine (slots, CUDA graphs) against transformers' eager generate, in the same process:
+
+    python benchmarks/w2_large_v3.py --tokenizer-from BASE_HF_FOLDER [--windows 1024] [--peer-batch 256]
+
+BASE_HF_FOLDER is a converted multilingual Whisper folder (e.g. `batchscribe models` shows where
+`base` was converted); its tokenizer.json is extended with <|yue|> to the large-v3 layout.
+Random weights make the text meaningless; the cost per window is the real one. Prints a table and
+appends a row to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import common
+from batchscribe.config import DecodeOptions
+from batchscribe.engine.engine import Engine
+from batchscribe.model.dims import ModelDims
+from batchscribe.model.tokenizer import Tokenizer
+from batchscribe.model.whisper import DecoderCache, Whisper
+
+LARGE_V3 = dict(
+    vocab_size=51866, num_mel_bins=128, d_model=1280, encoder_layers=32, decoder_layers=32,
+    encoder_attention_heads=20, decoder_attention_heads=20, encoder_ffn_dim=5120, decoder_ffn_dim=5120,
+    max_source_positions=1500, max_target_positions=448,
+)  # fmt: skip
+TOKENS = 128
+
+
+def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
+    """base's tokenizer.json with <|yue|> after <|su|>: every later special id moves up by one."""
+    data = json.loads((base_folder / "tokenizer.json").read_text())
+    su = next(t["id"] for t in data["added_tokens"] if t["content"] == "<|su|>")
+    for tok in data["added_tokens"]:
+        if tok["id"] > su:
+            tok["id"] += 1
+    yue = dict(next(t for t in data["added_tokens"] if t["content"] == "<|su|>"), content="<|yue|>", id=su + 1)
+    data["added_tokens"].append(yue)
+    data["added_tokens"].sort(key=lambda t: t["id"])
+    data["post_processor"] = None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tokenizer.json").write_text(json.dumps(data))
+    tok = Tokenizer.from_folder(out, multilingual=True)
+    assert tok.timestamp_begin == 50365 and tok.n_vocab == 51866, (tok.timestamp_begin, tok.n_vocab)
+    return tok
+
+
+def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype) -> dict:
+    dims = ModelDims.from_hf_config(LARGE_V3)
+    torch.manual_seed(0)
+    model = Whisper(dims).to(device="cuda", dtype=dtype).eval()
+    for p in model.parameters():
+        if p.dim() >= 2:  # matrices and embeddings; layer norms keep their unit gains
+            torch.nn.init.normal_(p, std=0.02)
+    options = DecodeOptions(
+        language="en", without_timestamps=True, temperatures=(0.0,), sample_len=TOKENS,
+        suppress_tokens=f"-1,{tok.eot}",  # no end-of-text: every window decodes exactly 128 tokens
+        compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots)
+    capture = time.perf_counter() - t0
+    rng = np.random.default_rng(0)
+    audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
+    list(engine.transcribe_stream((f"warm{i}", audio) for i in range(min(slots, 32))))  # warm-up
+    common.sync()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    records = list(engine.transcribe_stream((f"w{i}", audio) for i in range(windows)))
+    common.sync()
+    seconds = time.perf_counter() - t0
+    n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
+    # Text tokens only: an occasional timestamp-like or special token is not counted.
+    assert len(records) == windows
+    return {"windows_per_s": windows / seconds, "seconds": seconds, "capture_s": capture,
+            "tokens_per_window": float(np.mean([len(s["tokens"]) for r in records for s in r["segments"]])),
+            "text_tokens": float(np.mean(n_tokens)), "memory": common.peak_gib(), "slots": slots}  # fmt: skip
+
+
+def peer(batch: int, windows: int, dtype: torch.dtype) -> dict:
+    import transformers
+
+    cfg = transformers.WhisperConfig(**LARGE_V3, decoder_start_token_id=50258, eos_token_id=50257,
+                                     pad_token_id=50257, bos_token_id=50257)  # fmt: skip
+    torch.manual_seed(0)
+    model = transformers.WhisperForConditionalGeneration(cfg).to(device="cuda", dtype=dtype).eval()
+    feats = torch.randn(batch, 128, 3000, device="cuda", dtype=dtype)
+    prompt = torch.tensor([[50258, 50259, 50360, 50364]] * batch, device="cuda")  # sot en transcribe notimestamps
+    generate = super(transformers.WhisperForConditionalGeneration, model).generate  # the plain HF loop
+
+    def one() -> torch.Tensor:
+        return generate(input_features=feats, decoder_input_ids=prompt, max_new_tokens=TOKENS,
+                        min_new_tokens=TOKENS, do_sample=False, num_beams=1)  # fmt: skip
+
+    with torch.no_grad():
+        out = one()  # warm-up
+        assert out.shape[1] == prompt.shape[1] + TOKENS, out.shape
+        common.sync()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        rounds = max(1, windows // batch)
+        for _ in range(rounds):
+            one()
+        common.sync()
+        seconds = time.perf_counter() - t0
+    del model
+    torch.cuda.empty_cache()
+    return {"windows_per_s": rounds * batch / seconds, "batch": batch, "memory": common.peak_gib()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tokenizer-from", type=Path, required=True)
+    ap.add_argument("--windows", type=int, default=1024)
+    ap.add_argument("--slots", type=int, default=0, help="0: as many as fit in 60%% of free memory (max 256)")
+    ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
+    ap.add_argument("--peer-windows", type=int, default=256)
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args()
+    dtype = torch.bfloat16
+    dims = ModelDims.from_hf_config(LARGE_V3)
+    slots = args.slots
+    if not slots:
+        from batchscribe.engine.graphs import slots_for_memory
+
+        free, _ = torch.cuda.mem_get_info()
+        slots = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype), cap=256)
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
+    ours_r = ours(tok, args.windows, slots, dtype)
+    torch.cuda.empty_cache()
+    peers = [peer(b, args.peer_windows, dtype) for b in args.peer_batch]
+    best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
+    print(f"\nW2 large-v3 random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
+    print(f"{'system':<28}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
+    print(f"{'batchscribe (' + str(slots) + ' slots)':<28}{ours_r['windows_per_s']:>12.1f}"
+          f"{ours_r['windows_per_s'] * TOKENS:>12.0f}{ours_r['memory']:>12}")  # fmt: skip
+    for p in peers:
+        print(f"{'transformers bs ' + str(p['batch']):<28}{p['windows_per_s']:>12.1f}"
+              f"{p['windows_per_s'] * TOKENS:>12.0f}{p['memory']:>12}")  # fmt: skip
+    print(f"capture {ours_r['capture_s']:.1f} s; tokens per window {ours_r['tokens_per_window']:.1f}")
+    if best:
+        ratio = ours_r["windows_per_s"] / best["windows_per_s"]
+        print(f"ratio vs best transformers batch: {ratio:.2f}x")
+        if not args.no_append:
+            common.append_result({
+                "workload": "W2 large-v3 random bf16, 128 tok/window",
+                "ours": f"{ours_r['windows_per_s']:.1f} windows/s ({slots} slots)",
+                "peer": f"transformers eager bs {best['batch']}: {best['windows_per_s']:.1f} windows/s",
+                "ratio": f"{ratio:.2f}x", "memory": ours_r["memory"], "capture": f"{ours_r['capture_s']:.1f} s",
+                "notes": f"{args.windows} windows",
+            })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
