@@ -81,10 +81,12 @@ def test_missing_shard_file_means_redo(tmp_path: Path) -> None:
 
 def test_temp_files_are_removed_and_never_read(tmp_path: Path) -> None:
     commit(tmp_path, [rec(0)])
-    (tmp_path / ".records-00001.jsonl.tmp").write_text('{"id": "half"')
+    leftovers = [".records-00001.jsonl.tmp", "._manifest.ndjson.tmp", ".summary.json.tmp"]
+    for name in leftovers:
+        (tmp_path / name).write_text('{"id": "half"')
     state = open_output(tmp_path, "jsonl")
     assert state.completed == {"u0"}
-    assert not (tmp_path / ".records-00001.jsonl.tmp").exists()
+    assert not [name for name in leftovers if (tmp_path / name).exists()]
 
 
 def test_run_config_refuses_changed_settings(tmp_path: Path) -> None:

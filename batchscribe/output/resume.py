@@ -137,7 +137,8 @@ def _our_files(directory: Path) -> list[Path]:
 def _check_writable(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / ".batchscribe-write-probe.tmp"
+        # pid in the name: machines sharing the directory never remove each other's probe.
+        probe = directory / f".batchscribe-write-probe-{os.getpid()}.tmp"
         with open(probe, "wb") as f:
             f.write(b"x")
             os.fsync(f.fileno())
@@ -181,8 +182,10 @@ def open_output(
         for path in _our_files(directory):
             path.unlink()
         fsync_dir(directory)
-    for tmp in directory.glob(f".{prefix}-*.tmp"):
-        tmp.unlink(missing_ok=True)  # a killed run's half-written shard: never output
+    leftovers = [*directory.glob(f".{prefix}-*.tmp"),  # a killed run's half-written shard
+                 directory / f".{manifest_name(prefix)}.tmp", directory / f".{summary_name(prefix)}.tmp"]
+    for tmp in leftovers:
+        tmp.unlink(missing_ok=True)  # never output: only a completed rename publishes a file
 
     state = OutputState(directory, prefix, fmt)
     entries, dirty = _load_manifest(state.manifest_path)
