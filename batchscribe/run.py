@@ -63,6 +63,9 @@ class RunOptions:
     format: OutputFormat = "jsonl"
     workers: int | None = None  # decode processes; None: the pool's default
     prefetch: int | None = None  # decoded items queued ahead of the model; None: pool default
+    # Decode in threads (fast: no copy between processes) or processes (a crashing decoder costs
+    # one item). None: threads when the model runs on CUDA, processes on the CPU.
+    decode_threads: bool | None = None
     max_errors: int | None = None  # stop (exit 1) once errors in the directory exceed this
     shard_size: int = 1000  # records per shard file
     commit_seconds: float = 60.0  # a partly filled shard is committed after this long
@@ -205,8 +208,13 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     pool_kwargs: dict[str, Any] = {}
     if opts.workers is not None:
         pool_kwargs["workers"] = opts.workers
+    on_gpu = "cuda" in str(getattr(getattr(transcriber, "model_info", None), "device", ""))
+    slots = getattr(transcriber, "n_slots", 0)
     if opts.prefetch is not None:
         pool_kwargs["prefetch"] = opts.prefetch
+    elif on_gpu:
+        pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
+    pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
     decoded = decode_stream(todo, **pool_kwargs)
     pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
 

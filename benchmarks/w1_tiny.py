@@ -59,6 +59,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     load_s = time.perf_counter() - t0
     engine = next(iter(transcriber._engines.values()))
     capture = engine.graphs.plan.capture_seconds if engine.graphs else 0.0
+    engine.timings.clear()
     with tempfile.TemporaryDirectory() as out:
         opts = RunOptions(model=model, decode=decode, workers=workers)
         common.sync()
@@ -71,6 +72,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
             for line in shard.read_text().splitlines():
                 rec = json.loads(line)
                 hyps[rec["id"]] = rec.get("text", "")
+    print("engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()})
     return {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps,
             "slots": transcriber.n_slots, "memory": common.peak_gib()}  # fmt: skip
 

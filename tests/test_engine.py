@@ -149,3 +149,26 @@ def test_silence_and_empty_audio(transcriber) -> None:
 
     assert silent["duration"] == 5.0
     assert len(silent["text"].split()) <= 2
+
+
+def test_bucketed_attention_lengths_change_nothing(tiny_en_dir, shared_data) -> None:
+    """The CUDA path rounds each step's self-attention length up to a captured bucket; masked
+    positions must not change a single token (checked here on the CPU with the same code)."""
+    from batchscribe.api import Transcriber
+    from batchscribe.engine.graphs import default_buckets, default_kv_buckets, slots_for_memory
+
+    audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_3_4483589_261_321.wav")
+    items = [("a", audio[: 16000 * 25]), ("b", audio[16000 * 25 :])]
+    exact = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY)
+    bucketed = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY)
+    bucketed.transcribe(items[:1])
+    next(iter(bucketed._engines.values())).decoder.kv_buckets = default_kv_buckets(448)
+    a, b = exact.transcribe(items), bucketed.transcribe(items)
+    assert [[s["tokens"] for s in r["segments"]] for r in a] == [[s["tokens"] for s in r["segments"]] for r in b]
+    # Only float summation order differs: the masked positions weigh exactly zero.
+    lp_a = [s["avg_logprob"] for r in a for s in r["segments"]]
+    lp_b = [s["avg_logprob"] for r in b for s in r["segments"]]
+    assert lp_a == pytest.approx(lp_b, abs=1e-5)
+    assert default_kv_buckets(448) == [64, 160, 256, 448]
+    assert default_buckets(256)[-1] == 256 and default_buckets(3) == [1, 2, 3]
+    assert slots_for_memory(10 * 2**30, 2**30, fraction=0.6) == 6

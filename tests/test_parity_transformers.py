@@ -43,26 +43,16 @@ def _ours(folder, ids, audio, without_timestamps: bool) -> dict[str, list[int]]:
     return {r["id"]: [tok for s in r["segments"] for tok in s["tokens"]] for r in records}, t
 
 
-def _theirs(folder, audio, encoder_outputs, without_timestamps: bool, batch: int = 32) -> list[list[int]]:
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, torch_dtype=torch.float32).eval()
+def _theirs(folder, audio, without_timestamps: bool, batch: int = 16) -> list[list[int]]:
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float32).eval()
+    fe = transformers.WhisperFeatureExtractor.from_pretrained(folder)
     out = []
     for b in range(0, len(audio), batch):
-        enc = transformers.modeling_outputs.BaseModelOutput(last_hidden_state=encoder_outputs[b : b + batch])
+        feats = fe(audio[b : b + batch], sampling_rate=16000, return_tensors="pt").input_features
         with torch.no_grad():
-            seqs = model.generate(encoder_outputs=enc, return_timestamps=not without_timestamps)
+            seqs = model.generate(feats, return_timestamps=not without_timestamps)
         out += seqs.tolist()
     return out
-
-
-def _hf_encoder_outputs(folder, audio) -> torch.Tensor:
-    fe = transformers.WhisperFeatureExtractor.from_pretrained(folder)
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, torch_dtype=torch.float32).eval()
-    outs = []
-    with torch.no_grad():
-        for b in range(0, len(audio), 16):
-            feats = fe(audio[b : b + 16], sampling_rate=16000, return_tensors="pt").input_features
-            outs.append(model.model.encoder(feats).last_hidden_state)
-    return torch.cat(outs)
 
 
 def _wer(refs: list[str], hyps: list[str]) -> float:
@@ -70,34 +60,33 @@ def _wer(refs: list[str], hyps: list[str]) -> float:
     return jiwer.wer([norm(r) for r in refs], [norm(h) for h in hyps])
 
 
+@pytest.mark.parametrize("without_timestamps", [False, True], ids=["timestamps", "no-timestamps"])
 @pytest.mark.parametrize("model_fixture", ["tiny_en_dir", "base_dir"])
-def test_greedy_tokens_equal_transformers(request, model_fixture, utterances) -> None:
+def test_greedy_tokens_equal_transformers(request, model_fixture, without_timestamps, utterances) -> None:
     folder = request.getfixturevalue(model_fixture)
     ids, audio, refs = utterances
-    encoder_outputs = _hf_encoder_outputs(folder, audio)
-    for without_timestamps in (False, True):
-        ours, transcriber = _ours(folder, ids, audio, without_timestamps)
-        tok = transcriber.tokenizer
-        theirs = _theirs(folder, audio, encoder_outputs, without_timestamps)
-        mismatches = []
-        for item_id, seq in zip(ids, theirs):
-            # transformers returns the forced prompt and eot/pad too; keep text and timestamps.
-            expected = [t for t in seq if t < tok.eot or t >= tok.timestamp_begin]
-            if ours[item_id] != expected:
-                mismatches.append(item_id)
-                print(f"\nMISMATCH {model_fixture} ts={not without_timestamps} {item_id}")
-                print("  ours:", tok.decode_with_timestamps(ours[item_id]))
-                print("  hf:  ", tok.decode_with_timestamps(expected))
-        hyp_ours = [tok.decode(ours[i]) for i in ids]
-        hyp_hf = [tok.decode([t for t in s if t < tok.eot]) for s in theirs]
-        wer_ours, wer_hf = _wer(refs, hyp_ours), _wer(refs, hyp_hf)
-        print(
-            f"\n{model_fixture} timestamps={not without_timestamps}: {len(ids) - len(mismatches)}/{len(ids)} "
-            f"equal; WER ours {wer_ours:.4f} transformers {wer_hf:.4f}"
-        )
-        assert len(mismatches) <= 0.02 * len(ids), mismatches
-        assert abs(wer_ours - wer_hf) <= 0.002
-        assert wer_ours < 0.3  # sanity: real speech transcribed, not noise
+    ours, transcriber = _ours(folder, ids, audio, without_timestamps)
+    tok = transcriber.tokenizer
+    theirs = _theirs(folder, audio, without_timestamps)
+    mismatches = []
+    for item_id, seq in zip(ids, theirs):
+        # transformers returns the forced prompt and eot/pad too; keep text and timestamps.
+        expected = [t for t in seq if t < tok.eot or t >= tok.timestamp_begin]
+        if ours[item_id] != expected:
+            mismatches.append(item_id)
+            print(f"\nMISMATCH {model_fixture} ts={not without_timestamps} {item_id}")
+            print("  ours:", tok.decode_with_timestamps(ours[item_id]))
+            print("  hf:  ", tok.decode_with_timestamps(expected))
+    hyp_ours = [tok.decode(ours[i]) for i in ids]
+    hyp_hf = [tok.decode([t for t in s if t < tok.eot]) for s in theirs]
+    wer_ours, wer_hf = _wer(refs, hyp_ours), _wer(refs, hyp_hf)
+    print(
+        f"\n{model_fixture} timestamps={not without_timestamps}: {len(ids) - len(mismatches)}/{len(ids)} "
+        f"equal; WER ours {wer_ours:.4f} transformers {wer_hf:.4f}"
+    )
+    assert len(mismatches) <= 0.02 * len(ids), mismatches
+    assert abs(wer_ours - wer_hf) <= 0.002
+    assert wer_ours < 0.3  # sanity: real speech transcribed, not noise
 
 
 def test_language_detection_equals_transformers(base_dir, shared_data) -> None:
@@ -111,7 +100,7 @@ def test_language_detection_equals_transformers(base_dir, shared_data) -> None:
     t = Transcriber(str(base_dir), device="cpu", dtype="float32", temperatures=(0.0,))
     records = t.transcribe([(p.stem, a) for p, a in zip(clips, audio)])
     fe = transformers.WhisperFeatureExtractor.from_pretrained(base_dir)
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(base_dir, torch_dtype=torch.float32).eval()
+    model = transformers.WhisperForConditionalGeneration.from_pretrained(base_dir, dtype=torch.float32).eval()
     feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features
     with torch.no_grad():
         lang_ids = model.detect_language(feats).flatten().tolist()

@@ -10,6 +10,8 @@ free or finished are inert: they neither move nor change their results.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,10 +60,19 @@ class DecoderSpec:
 class SlotDecoder:
     """Owns the model, the static cache and all per-slot state tensors on one device."""
 
-    def __init__(self, model: Whisper, spec: DecoderSpec, n_slots: int, device: torch.device, seed: int = 0):
+    def __init__(
+        self,
+        model: Whisper,
+        spec: DecoderSpec,
+        n_slots: int,
+        device: torch.device,
+        seed: int = 0,
+        kv_buckets: Sequence[int] = (),  # self-attention lengths steps may use; () = exact
+    ):
         dims = model.dims
         self.model, self.spec, self.device = model, spec, device
         self.n_slots, self.n_ctx = n_slots, dims.n_text_ctx
+        self.kv_buckets = sorted(kv_buckets)
         dtype = next(model.parameters()).dtype
         self.dtype = dtype
         self.cache = DecoderCache.allocate(dims, n_slots, device, dtype)
@@ -76,6 +87,8 @@ class SlotDecoder:
         else:
             self.generator = torch.Generator(device=device).manual_seed(seed)
         self.runner = None  # a GraphRunner, set by the engine on CUDA
+        # Host staging for admitted audio, allocated once (pinned allocations are slow).
+        self.staging = torch.zeros(n_slots, N_SAMPLES, dtype=torch.float32, pin_memory=device.type == "cuda")
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -105,11 +118,14 @@ class SlotDecoder:
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
         """Encode a group of windows together and set up their slots."""
-        pin = self.device.type == "cuda"
-        audio = torch.zeros(len(requests), N_SAMPLES, dtype=torch.float32, pin_memory=pin)
+        audio = self.staging[: len(requests)]  # [G, N_SAMPLES], pinned on CUDA
+        audio.zero_()
         for i, req in enumerate(requests):
             audio[i, : len(req.audio)] = torch.from_numpy(req.audio[:N_SAMPLES])
         mel = self.features(audio.to(self.device, non_blocking=True))  # [G, n_mels, 3000]
+        if self.device.type == "cuda":
+            # NOTE: the pinned buffer is reused by the next admission; the copy must be done.
+            torch.cuda.current_stream(self.device).synchronize()
         enc = self.model.encoder(mel.to(self.dtype))  # [G, 1500, n_state]
         slot_ids = torch.tensor(slots, device=self.device)
         self.model.write_cross_kv(self.cache, enc, slot_ids)
@@ -147,11 +163,14 @@ class SlotDecoder:
     @torch.no_grad()
     def step(self, n_rows: int) -> None:
         """One decode step for rows [0, n_rows); pure tensor code from here down."""
+        # Attend only up to the longest row (the host mirror is an upper bound on every position),
+        # rounded up to a captured length on CUDA so eager and graph steps compute alike.
+        kv_len = int(self.host_positions[:n_rows].max()) + 1
+        if self.kv_buckets:
+            kv_len = self.kv_buckets[bisect_left(self.kv_buckets, kv_len)]
         if self.runner is not None:
-            self.runner.replay(n_rows)
+            self.runner.replay(n_rows, kv_len)
         else:
-            # The CPU attends only up to the longest row; CUDA runs exactly what a graph would.
-            kv_len = int(self.host_positions[:n_rows].max()) + 1 if self.device.type == "cpu" else None
             self._step(n_rows, kv_len, any(t > 0 for t in self.temperatures[:n_rows]))
         self.host_positions[:n_rows] += np.array(
             [key is not None for key in self.keys[:n_rows]], dtype=np.int64

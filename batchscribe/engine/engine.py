@@ -8,7 +8,8 @@ next window is queued as soon as its previous one finishes.
 
 from __future__ import annotations
 
-from collections import deque
+import time
+from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -18,7 +19,7 @@ import torch
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
-from batchscribe.engine.graphs import GraphRunner, default_buckets
+from batchscribe.engine.graphs import GraphRunner, default_buckets, default_kv_buckets
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.model.whisper import Whisper
@@ -83,7 +84,8 @@ class Engine:
     ):
         self.tokenizer, self.options = tokenizer, options
         spec = decoder_spec(tokenizer, options, model_suppress, model.dims.n_text_ctx)
-        self.decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed)
+        kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
+        self.decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed, kv_buckets=kv_buckets)
         # The host looks at finished flags every `check_every` steps: on the GPU each look is a
         # sync, so finished rows idle for a few inert steps instead.
         self.check_every = 1
@@ -99,6 +101,8 @@ class Engine:
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._id_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+        # Host seconds per stage (and counts), for benchmarks: where does the time go?
+        self.timings: defaultdict[str, float] = defaultdict(float)
         # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
         self.admit_min = max(1, n_slots // 4)
 
@@ -182,14 +186,18 @@ class Engine:
         queue: deque[int] = deque()  # keys whose next window waits for a slot
         next_key = 0
         dec = self.decoder
+        clock = self.timings
         while True:
             free = dec.free_slots()
             while not exhausted and len(queue) < len(free):
+                t0 = time.perf_counter()
                 try:
                     item_id, audio = next(source)
                 except StopIteration:
                     exhausted = True
                     break
+                finally:
+                    clock["wait_input"] += time.perf_counter() - t0
                 item = _Item(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
                 if item.content_frames == 0:
                     yield self._record(item)
@@ -199,19 +207,33 @@ class Engine:
                 next_key += 1
             n_rows = dec.rows_in_use()
             if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
+                t0 = time.perf_counter()
                 group = [queue.popleft() for _ in range(min(len(free), len(queue)))]
                 dec.admit([self._window(k, live[k]) for k in group], free[: len(group)])
                 n_rows = dec.rows_in_use()
+                clock["admit"] += time.perf_counter() - t0
+                clock["windows"] += len(group)
             if n_rows == 0:
                 if exhausted and not queue:
                     return
                 continue
+            t0 = time.perf_counter()
             for _ in range(self.check_every):
                 dec.step(n_rows)
-            for res in dec.collect():
+            clock["steps"] += self.check_every
+            t1 = time.perf_counter()
+            finished = dec.collect()  # waits for the GPU: the steps' device time lands here
+            t2 = time.perf_counter()
+            clock["step_launch"] += t1 - t0
+            clock["collect"] += t2 - t1
+            for res in finished:
                 item = live[res.key]
                 if self._finish_window(item, res):
                     del live[res.key]
-                    yield self._record(item)
+                    record = self._record(item)
+                    clock["finish"] += time.perf_counter() - t2
+                    yield record
+                    t2 = time.perf_counter()
                 else:
                     queue.append(res.key)
+            clock["finish"] += time.perf_counter() - t2

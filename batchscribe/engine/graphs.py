@@ -22,10 +22,17 @@ log = logging.getLogger(__name__)
 
 
 def default_buckets(n_slots: int) -> list[int]:
-    """1, 2, 4, 8, 16, 32, then steps of 32 up to n_slots (n_slots itself always included)."""
-    buckets = [b for b in (1, 2, 4, 8, 16) if b < n_slots]
-    buckets += list(range(32, n_slots, 32))
+    """Powers of two up to 64, then steps of 64 up to n_slots (always included): the tail of a run
+    pads to a small bucket; the steady state, with every slot busy, runs the largest."""
+    buckets = [b for b in (1, 2, 4, 8, 16, 32) if b < n_slots]
+    buckets += list(range(64, n_slots, 64))
     return sorted(set(buckets + [n_slots]))
+
+
+def default_kv_buckets(n_text_ctx: int) -> list[int]:
+    """Self-attention lengths to capture: a step attends over the smallest one that covers every
+    row's position, so short transcripts do not read (masked) cache up to n_text_ctx."""
+    return sorted({min(n_text_ctx, k) for k in (64, 160, 256, n_text_ctx)})
 
 
 def slots_for_memory(free_bytes: int, bytes_per_slot: int, fraction: float = 0.6, cap: int = 512) -> int:
@@ -49,8 +56,9 @@ class GraphRunner:
             raise ValueError("CUDA graphs need a CUDA device; the CPU path steps eagerly")
         self.decoder = decoder
         self.buckets = sorted(buckets)
+        self.kv_buckets = decoder.kv_buckets or [decoder.n_ctx]
         self.sample = sample
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.plan: CapturePlan | None = None
 
     def capture(self) -> CapturePlan:
@@ -62,24 +70,26 @@ class GraphRunner:
         stream.wait_stream(torch.cuda.current_stream(dec.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                dec._step(self.buckets[-1], None, self.sample)
+                dec._step(self.buckets[-1], self.kv_buckets[-1], self.sample)
         torch.cuda.current_stream(dec.device).wait_stream(stream)
         torch.cuda.synchronize(dec.device)
         pool = None
         for bucket in reversed(self.buckets):
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
-                dec._step(bucket, None, self.sample)
-            pool = graph.pool()
-            self.graphs[bucket] = graph
+            for kv_len in reversed(self.kv_buckets):
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    dec._step(bucket, kv_len, self.sample)
+                pool = graph.pool()
+                self.graphs[bucket, kv_len] = graph
         torch.cuda.synchronize(dec.device)
         seconds = time.perf_counter() - start
         self.plan = CapturePlan(tuple(self.buckets), seconds, torch.cuda.memory_reserved(dec.device) - before)
-        log.info("captured %d decode graphs %s in %.2f s", len(self.buckets), self.buckets, seconds)
+        log.info("captured %d decode graphs (rows %s x kv %s) in %.2f s", len(self.graphs), self.buckets,
+                 self.kv_buckets, seconds)  # fmt: skip
         return self.plan
 
     def bucket_for(self, n_rows: int) -> int:
         return self.buckets[bisect_left(self.buckets, n_rows)]
 
-    def replay(self, n_rows: int) -> None:
-        self.graphs[self.bucket_for(n_rows)].replay()
+    def replay(self, n_rows: int, kv_len: int) -> None:
+        self.graphs[self.bucket_for(n_rows), kv_len].replay()
