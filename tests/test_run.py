@@ -208,41 +208,6 @@ def test_librispeech_parquet_real_model(tmp_path: Path, tiny_en_dir: Path, share
 
 
 @needs_api
-def test_sigkill_then_resume_is_exactly_once_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
-    """SIGKILL `batchscribe run` at random moments, rerun, and compare with an uninterrupted run."""
-    import random
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    manifest, rows = make_manifest(tmp_path, n_copies=2)
-    base = [sys.executable, "-m", "batchscribe", "run", str(manifest), "--model", str(tiny_en_dir),
-            "--device", "cpu", "--workers", "0", "--shard-size", "1", "--no-progress", "--no-report"]
-    ref_out = tmp_path / "ref"
-    t0 = time.monotonic()
-    subprocess.run([*base, "-o", str(ref_out)], check=True, capture_output=True, timeout=300)
-    full = time.monotonic() - t0
-    reference = {r["id"]: r.get("text", r.get("error")) for r in read_all(ref_out)}
-    assert sorted(reference) == sorted(rows)
-
-    rng = random.Random(0)
-    for seed in range(2):
-        out = tmp_path / f"killed-{seed}"
-        proc = subprocess.Popen([*base, "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.3, 1.0) * full)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        partial = read_all(out) if out.exists() else []
-        assert len({r["id"] for r in partial}) == len(partial)  # no duplicates even mid-run
-        subprocess.run([*base, "-o", str(out)], check=True, capture_output=True, timeout=300)
-        records = read_all(out)
-        assert sorted(r["id"] for r in records) == sorted(rows)  # exactly once
-        assert {r["id"]: r.get("text", r.get("error")) for r in records} == reference
-        assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
-
-
-@needs_api
 def test_same_transcripts_from_every_input_kind(tmp_path: Path, tiny_en_dir: Path, shared_data: Path) -> None:
     """The same rows as Parquet, save_to_disk, hub-style folder and audio folder: same records."""
     import datasets
