@@ -87,7 +87,9 @@ def _handled() -> Iterator[None]:
     except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
         _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
     except Exception as exc:
-        if type(exc).__name__ == "ModelNotFoundError":  # model/loading.py; imported lazily
+        # model/loading.py and model/ct2.py are imported lazily: unknown name, pickle-only or
+        # unreadable checkpoint, model file whose sha256 differs from the pinned one.
+        if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
             _die(str(exc), 2)
         raise
 
