@@ -137,6 +137,9 @@ def _decode_any(
     except _DecoderFailed as exc:
         sf_failure = exc
     else:
+        # NOTE: libsndfile trims a WAV data chunk that runs past the end of the file to what is
+        # there, so its frame count cannot reveal a cut-off WAV; the RIFF header still can.
+        declared = max(declared, _wav_header_frames(opener()) or 0)
         if _is_truncated(frames.shape[0], declared, rate):
             raise AudioDecodeError(
                 f"{label} is truncated: its header declares {declared / rate:.2f} s but only "
@@ -165,6 +168,32 @@ def _decode_any(
 
 def _is_truncated(decoded: int, declared: int, rate: int) -> bool:
     return declared - decoded > max(_TRUNCATION_SLACK * declared, _TRUNCATION_MIN_S * rate)
+
+
+def _wav_header_frames(source: object) -> int | None:
+    """Frames the `data` chunk of a RIFF/WAVE header declares; None if not WAVE or size unknown."""
+    try:
+        if isinstance(source, (str, os.PathLike)):
+            with open(source, "rb") as f:
+                head = f.read(1 << 16)
+        else:
+            head = source.read(1 << 16)  # type: ignore[attr-defined]
+    except OSError:
+        return None
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+        return None  # RF64 / streamed WAVs state no usable 32-bit size
+    pos, block_align = 12, 0
+    while pos + 8 <= len(head):
+        chunk, size = head[pos:pos + 4], int.from_bytes(head[pos + 4:pos + 8], "little")
+        if chunk == b"fmt " and pos + 22 <= len(head):
+            block_align = int.from_bytes(head[pos + 20:pos + 22], "little")
+        elif chunk == b"data":
+            # 0 and 0xFFFFFFFF are what writers that cannot seek back leave: unknown length.
+            if block_align == 0 or size in (0, 0xFFFFFFFF):
+                return None
+            return size // block_align
+        pos += 8 + size + (size & 1)  # chunks are padded to an even size
+    return None
 
 
 def _read_soundfile(source: object) -> tuple[np.ndarray, int, int]:
