@@ -405,7 +405,8 @@ def _walk_audio(folder: Path) -> Iterator[Path]:
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
             yield from _walk_audio(Path(entry.path))
-        elif Path(entry.name).suffix.lower() in AUDIO_EXTENSIONS and entry.is_file():
+        elif Path(entry.name).suffix.lower() in AUDIO_EXTENSIONS and (entry.is_file() or entry.is_symlink()):
+            # A dangling link is yielded too: it becomes an error record naming it, not a gap.
             yield Path(entry.path)
 
 
