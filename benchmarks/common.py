@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -17,6 +18,9 @@ HEADER = (
 
 
 def commit() -> str:
+    """The checkout's commit; $BATCHSCRIBE_COMMIT where the tree travels without .git (the lent GPU)."""
+    if os.environ.get("BATCHSCRIBE_COMMIT"):
+        return os.environ["BATCHSCRIBE_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, check=True)  # fmt: skip

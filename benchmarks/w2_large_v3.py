@@ -79,15 +79,41 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype) -> dict:
     records = list(engine.transcribe_stream((f"w{i}", audio) for i in range(windows)))
     common.sync()
     seconds = time.perf_counter() - t0
+    breakdown = _breakdown(engine, audio)
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
     assert len(records) == windows
     return {"windows_per_s": windows / seconds, "seconds": seconds, "capture_s": capture,
             "tokens_per_window": float(np.mean([len(s["tokens"]) for r in records for s in r["segments"]])),
-            "text_tokens": float(np.mean(n_tokens)), "memory": common.peak_gib(), "slots": slots}  # fmt: skip
+            "text_tokens": float(np.mean(n_tokens)), "memory": common.peak_gib(), "slots": slots,
+            **breakdown}  # fmt: skip
 
 
-def peer(batch: int, windows: int, dtype: torch.dtype) -> dict:
+def _time_ms(fn, repeat: int = 5) -> float:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
+def _breakdown(engine: Engine, audio: np.ndarray) -> dict:
+    """Device time of the two halves: the encoder per window, one decode step at full slots."""
+    dec = engine.decoder
+    model = dec.model
+    group = 32
+    mel = dec.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(dec.dtype)
+    with torch.no_grad():
+        enc_ms = _time_ms(lambda: model.encoder(mel)) / group
+    runner = engine.graphs
+    step_ms = {kv: _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv].replay(), 10) for kv in runner.kv_buckets}
+    return {"encoder_ms_per_window": enc_ms, "step_ms_full_bucket": step_ms}
+
+
+def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -> dict:
     import transformers
 
     cfg = transformers.WhisperConfig(**LARGE_V3, decoder_start_token_id=50258, eos_token_id=50257,
@@ -97,15 +123,24 @@ def peer(batch: int, windows: int, dtype: torch.dtype) -> dict:
         model = transformers.WhisperForConditionalGeneration(cfg).to(dtype=dtype).eval()
     feats = torch.randn(batch, 128, 3000, device="cuda", dtype=dtype)
     prompt = torch.tensor([[50258, 50259, 50360, 50364]] * batch, device="cuda")  # sot en transcribe notimestamps
-    generate = super(transformers.WhisperForConditionalGeneration, model).generate  # the plain HF loop
+    gc = model.generation_config
+    gc.lang_to_id, gc.task_to_id = {"<|en|>": 50259}, {"transcribe": 50360, "translate": 50359}
+    gc.no_timestamps_token_id, gc.is_multilingual, gc.forced_decoder_ids = 50364, True, None
 
     def one() -> torch.Tensor:
-        return generate(input_features=feats, decoder_input_ids=prompt, max_new_tokens=TOKENS,
-                        min_new_tokens=TOKENS, do_sample=False, num_beams=1)  # fmt: skip
+        if whisper_generate:  # WhisperForConditionalGeneration.generate, as users call it
+            return model.generate(feats, language="en", task="transcribe", return_timestamps=False,
+                                  max_new_tokens=TOKENS, min_new_tokens=TOKENS)  # fmt: skip
+        # The plain GenerationMixin loop under it, without Whisper's own bookkeeping.
+        return super(transformers.WhisperForConditionalGeneration, model).generate(
+            input_features=feats, decoder_input_ids=prompt, max_new_tokens=TOKENS,
+            min_new_tokens=TOKENS, do_sample=False, num_beams=1)  # fmt: skip
 
     with torch.no_grad():
         out = one()  # warm-up
-        assert out.shape[1] == prompt.shape[1] + TOKENS, out.shape
+        # transformers may or may not return the forced prompt in front of the new tokens.
+        new = out.shape[1] - (prompt.shape[1] if torch.equal(out[:, : prompt.shape[1]], prompt) else 0)
+        assert new == TOKENS, (out.shape, new)
         common.sync()
         torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
@@ -116,7 +151,8 @@ def peer(batch: int, windows: int, dtype: torch.dtype) -> dict:
         seconds = time.perf_counter() - t0
     del model
     torch.cuda.empty_cache()
-    return {"windows_per_s": rounds * batch / seconds, "batch": batch, "memory": common.peak_gib()}
+    name = ("Whisper generate" if whisper_generate else "GenerationMixin.generate") + f" bs {batch}"
+    return {"windows_per_s": rounds * batch / seconds, "batch": batch, "memory": common.peak_gib(), "name": name}
 
 
 def main() -> None:
@@ -139,17 +175,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
     ours_r = ours(tok, args.windows, slots, dtype)
+    print(f"batchscribe: {ours_r}", flush=True)
     torch.cuda.empty_cache()
-    peers = [peer(b, args.peer_windows, dtype) for b in args.peer_batch]
+    peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]
     best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
     print(f"\nW2 large-v3 random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
-    print(f"{'system':<28}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
-    print(f"{'batchscribe (' + str(slots) + ' slots)':<28}{ours_r['windows_per_s']:>12.1f}"
+    print(f"{'system':<36}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
+    print(f"{'batchscribe (' + str(slots) + ' slots)':<36}{ours_r['windows_per_s']:>12.1f}"
           f"{ours_r['windows_per_s'] * TOKENS:>12.0f}{ours_r['memory']:>12}")  # fmt: skip
     for p in peers:
-        print(f"{'transformers bs ' + str(p['batch']):<28}{p['windows_per_s']:>12.1f}"
+        print(f"{p['name']:<36}{p['windows_per_s']:>12.1f}"
               f"{p['windows_per_s'] * TOKENS:>12.0f}{p['memory']:>12}")  # fmt: skip
     print(f"capture {ours_r['capture_s']:.1f} s; tokens per window {ours_r['tokens_per_window']:.1f}")
+    print(f"encoder {ours_r['encoder_ms_per_window']:.2f} ms/window; decode step at {slots} rows by kv length (ms): "
+          + ", ".join(f"{k}: {v:.2f}" for k, v in ours_r["step_ms_full_bucket"].items()))  # fmt: skip
     if best:
         ratio = ours_r["windows_per_s"] / best["windows_per_s"]
         print(f"ratio vs best transformers batch: {ratio:.2f}x")
@@ -157,9 +196,10 @@ def main() -> None:
             common.append_result({
                 "workload": "W2 large-v3 random bf16, 128 tok/window",
                 "ours": f"{ours_r['windows_per_s']:.1f} windows/s ({slots} slots)",
-                "peer": f"transformers eager bs {best['batch']}: {best['windows_per_s']:.1f} windows/s",
+                "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
                 "ratio": f"{ratio:.2f}x", "memory": ours_r["memory"], "capture": f"{ours_r['capture_s']:.1f} s",
-                "notes": f"{args.windows} windows",
+                "notes": f"{args.windows} windows; encoder {ours_r['encoder_ms_per_window']:.2f} ms/window, "
+                f"step {max(ours_r['step_ms_full_bucket'].values()):.1f} ms at {slots} rows kv 448",
             })  # fmt: skip
 
 
