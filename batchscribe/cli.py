@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Optional, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -181,7 +181,7 @@ def run_command(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
     dtype: Annotated[DType | None, typer.Option(help="Default: float16 on CUDA, float32 on CPU.",
                                                 show_default=False)] = None,
-    batch_size: Annotated[int, typer.Option(help="Decoder slots (sequences decoded together).")] = 16,
+    batch_size: Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the CPU, sized from free memory on CUDA (up to 256).")] = None,
     language: Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.",
                                                  show_default=False)] = None,
     task: Annotated[Task, typer.Option(help="transcribe, or translate to English.")] = "transcribe",
@@ -259,7 +259,7 @@ def demo_command(
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
 ) -> None:
     """Transcribe the bundled demo clips (same as `run --demo`)."""
-    run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=16,
+    run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=None,
                 language=None, task="transcribe", without_timestamps=False, limit=None, fmt="jsonl",
                 audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,
                 split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, shard_size=1000,

@@ -56,7 +56,7 @@ class RunOptions:
     model: str = "tiny.en"
     device: str = "auto"
     dtype: str | None = None
-    batch_size: int = 16
+    batch_size: int | None = None  # decoder slots; None: the transcriber's default for the device
     cache_dir: Path | None = None
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     source: SourceOptions = field(default_factory=SourceOptions)
