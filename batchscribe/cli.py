@@ -186,6 +186,7 @@ def run_command(
                                                  show_default=False)] = None,
     task: Annotated[Task, typer.Option(help="transcribe, or translate to English.")] = "transcribe",
     without_timestamps: Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")] = False,
+    temperature: Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily with no fallback.")] = "0,0.2,0.4,0.6,0.8,1.0",
     limit: Annotated[int | None, typer.Option(help="Only the first N items (of this shard).",
                                               show_default=False)] = None,
     fmt: Annotated[Format, typer.Option("--format", help="Record shard format.")] = "jsonl",
@@ -230,7 +231,8 @@ def run_command(
     with _handled():
         opts = RunOptions(
             model=model, device=device, dtype=dtype, batch_size=batch_size, cache_dir=cache_dir,
-            decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps),
+            decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
+                                 temperatures=_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  passthrough=_split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
@@ -252,6 +254,14 @@ def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) 
         bar.progress.stop()
 
 
+def _temperatures(spec: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(t) for t in spec.split(",") if t.strip())
+    except ValueError:
+        raise ConfigError(f"--temperature {spec!r} is not a comma-separated list of numbers; e.g. 0 or 0,0.2,0.4") from None
+    return values
+
+
 @app.command("demo")
 def demo_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
@@ -260,7 +270,8 @@ def demo_command(
 ) -> None:
     """Transcribe the bundled demo clips (same as `run --demo`)."""
     run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=None,
-                language=None, task="transcribe", without_timestamps=False, limit=None, fmt="jsonl",
+                language=None, task="transcribe", without_timestamps=False,
+                temperature="0,0.2,0.4,0.6,0.8,1.0", limit=None, fmt="jsonl",
                 audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,
                 split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, shard_size=1000,
                 overwrite=False,
