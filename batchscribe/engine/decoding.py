@@ -88,7 +88,8 @@ class SlotDecoder:
             self.generator = torch.Generator(device=device).manual_seed(seed)
         self.runner = None  # a GraphRunner, set by the engine on CUDA
         # Host staging for admitted audio, allocated once (pinned allocations are slow).
-        self.staging = torch.zeros(n_slots, N_SAMPLES, dtype=torch.float32, pin_memory=device.type == "cuda")
+        self.staging = torch.zeros(n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=device.type == "cuda")
+        self._staged: torch.cuda.Event | None = None  # the last copy out of `staging`
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -118,14 +119,7 @@ class SlotDecoder:
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
         """Encode a group of windows together and set up their slots."""
-        audio = self.staging[: len(requests)]  # [G, N_SAMPLES], pinned on CUDA
-        audio.zero_()
-        for i, req in enumerate(requests):
-            audio[i, : len(req.audio)] = torch.from_numpy(req.audio[:N_SAMPLES])
-        mel = self.features(audio.to(self.device, non_blocking=True))  # [G, n_mels, 3000]
-        if self.device.type == "cuda":
-            # NOTE: the pinned buffer is reused by the next admission; the copy must be done.
-            torch.cuda.current_stream(self.device).synchronize()
+        mel = self.features(self._stage_audio(requests))  # [G, n_mels, 3000]
         enc = self.model.encoder(mel.to(self.dtype))  # [G, 1500, n_state]
         slot_ids = torch.tensor(slots, device=self.device)
         self.model.write_cross_kv(self.cache, enc, slot_ids)
@@ -152,6 +146,24 @@ class SlotDecoder:
         self.detect[slot_ids] = torch.tensor(detect, device=self.device)
         self.running[slot_ids] = True
         self.hit_eot[slot_ids] = False
+
+    def _stage_audio(self, requests: list[WindowRequest]) -> torch.Tensor:  # [G, N_SAMPLES] on device
+        """Only the real samples cross to the device (one copy); zero padding is made there."""
+        lengths = [min(len(r.audio), N_SAMPLES) for r in requests]
+        if self._staged is not None:
+            self._staged.synchronize()  # NOTE: the last copy out of the pinned buffer must be done
+        flat = self.staging[: sum(lengths)]  # [sum(lengths)], pinned on CUDA
+        np.concatenate([r.audio[:n] for r, n in zip(requests, lengths)], out=flat.numpy())
+        on_device = flat.to(self.device, non_blocking=True)
+        if self.device.type == "cuda":
+            self._staged = torch.cuda.Event()
+            self._staged.record()
+        audio = torch.zeros(len(requests), N_SAMPLES, device=self.device)
+        start = 0
+        for i, n in enumerate(lengths):
+            audio[i, :n] = on_device[start : start + n]
+            start += n
+        return audio
 
     # -- the step ------------------------------------------------------------------------------
 

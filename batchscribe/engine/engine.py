@@ -189,7 +189,9 @@ class Engine:
         clock = self.timings
         while True:
             free = dec.free_slots()
-            while not exhausted and len(queue) < len(free):
+            # Pull at most one admission group ahead: the GPU starts on the first group while the
+            # decode workers are still filling the next.
+            while not exhausted and len(queue) < min(len(free), self.admit_min):
                 t0 = time.perf_counter()
                 try:
                     item_id, audio = next(source)
