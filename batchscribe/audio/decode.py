@@ -89,6 +89,14 @@ def read_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> DecodedAu
     mono = np.ascontiguousarray(mono, dtype=np.float32)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32, copy=False)
+    if not np.isfinite(mono).all():
+        # Finite but huge float samples (a corrupt float file) overflow float32 when channels
+        # are averaged or resampled; the model must never see NaN or Inf.
+        peak = float(np.max(np.abs(frames)))
+        raise AudioDecodeError(
+            f"{label}: samples up to {peak:.3g} in magnitude overflow to NaN/Inf when mixed to mono "
+            "or resampled (float audio should lie in [-1, 1]); re-export the source audio"
+        )
     if mono.shape[0] == 0:
         raise AudioDecodeError(
             f"{label}: {frames.shape[0]} samples at {rate} Hz are shorter than one sample at "
