@@ -129,11 +129,24 @@ def _has_null_type(t: Any) -> bool:
     return False
 
 
+def _has_empty_struct(t: Any) -> bool:
+    import pyarrow as pa
+
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _has_empty_struct(t.value_type)
+    if pa.types.is_struct(t):
+        return t.num_fields == 0 or any(_has_empty_struct(f.type) for f in t)
+    return False
+
+
 def _passthrough_array(values: list[Any], known: Any | None) -> Any:
     import pyarrow as pa
 
     try:
         arr = pa.array(values)
+        if _has_empty_struct(arr.type):
+            # An empty dict ({}) infers a struct without fields, which Parquet cannot store.
+            raise pa.ArrowNotImplementedError("struct without fields")
         if known is not None and arr.type != known and _has_null_type(arr.type):
             # An all-null (or all-empty-list) shard would otherwise get a null type that no
             # reader can unify with the other shards' real type.
