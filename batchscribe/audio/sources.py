@@ -352,25 +352,56 @@ def _read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
             row += 1
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8") as fh:
-        for line_no, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a text manifest; a line that is not UTF-8 raises SourceError naming it."""
+    with path.open("rb") as fh:  # decoded line by line, so the error names the right line
+        for line_no, raw in enumerate(fh, 1):
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise SourceError(f"{path}:{line_no}: not valid JSON ({exc}); fix or remove the line") from exc
-            if not isinstance(row, dict):
-                raise SourceError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
-            yield line_no, row
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(
+                    f"{path}:{line_no}: not valid UTF-8 (byte {raw[exc.start:exc.start + 1]!r} at column "
+                    f"{exc.start + 1}); re-save the manifest as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from exc
+            # A byte-order mark (as spreadsheet exports write) is not part of the first field.
+            yield line_no, line.removeprefix("\ufeff") if line_no == 1 else line
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_no, line in _utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{path}:{line_no}: not valid JSON ({exc}); fix or remove the line") from exc
+        if not isinstance(row, dict):
+            raise SourceError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
+        if "\\u" in line:  # only a \uXXXX escape can produce a lone surrogate
+            row = _no_surrogates(row)
+        yield line_no, row
+
+
+def _no_surrogates(value: Any) -> Any:
+    """Lone surrogates (a JSON "\\ud800" escape) as literal backslash text.
+
+    They cannot be encoded as UTF-8, so an id or text holding one would make every record shard
+    and manifest line unwritable; the replacement is deterministic, so resumes see the same id.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_no_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
+    return value
 
 
 def _csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
-        for row in reader:
-            yield reader.line_num, row
+    lines = (line for _, line in _utf8_lines(path))
+    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    for row in reader:
+        yield reader.line_num, row
 
 
 def _read_manifest(path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions) -> Iterator[SourceItem]:
