@@ -272,6 +272,35 @@ def _markdown_file(d: Path) -> Path:
     return d / "readme.md"
 
 
+@pytest.mark.parametrize("suffix, body", [
+    (".jsonl", b'{"id": "a", "path": "a.wav"}\n{"id": "caf\xe9", "path": "b.wav"}\n'),
+    (".csv", b"id,path\na,a.wav\ncaf\xe9,b.wav\n"),
+])
+def test_manifest_that_is_not_utf8_names_the_line(tmp_path: Path, suffix: str, body: bytes) -> None:
+    manifest = tmp_path / f"latin1{suffix}"
+    manifest.write_bytes(body)
+    result = runner.invoke(app, ["run", str(manifest), "-o", str(tmp_path / "out"), "--no-progress"], env=WIDE)
+    assert result.exit_code == 2, result.output
+    line = 3 if suffix == ".csv" else 2
+    assert f"{manifest}:{line}: not valid UTF-8 (byte b'\\xe9'" in result.output, result.output
+    assert "re-save the manifest as UTF-8" in result.output
+
+
+def test_manifest_with_bom_and_lone_surrogate_ids(tiny_en_dir: Path, tmp_path: Path) -> None:
+    """A spreadsheet's byte-order mark and a JSON "\\ud800" escape: ids stay usable, run completes."""
+    (tmp_path / "m.csv").write_bytes("\ufeffid,path\nx1,gone.wav\n".encode("utf-8"))
+    (tmp_path / "m.jsonl").write_text('{"id": "s\\ud800", "path": "gone.wav"}\n', encoding="utf-8")
+    for name, expected_id in (("m.csv", "x1"), ("m.jsonl", "s\\ud800")):
+        out = tmp_path / f"out-{name}"
+        args = ["run", str(tmp_path / name), "-o", str(out), "--model", str(tiny_en_dir), "--device", "cpu",
+                "--workers", "0", "--no-progress", "--no-report"]
+        result = runner.invoke(app, args, env=WIDE)
+        assert result.exit_code == 0, result.output
+        [record] = read_records(out)
+        assert record["id"] == expected_id and "gone.wav' does not exist" in record["error"]
+        assert "1 already done" in runner.invoke(app, args, env=WIDE).output  # the same id on resume
+
+
 @pytest.mark.parametrize("make, expected", [
     (lambda d: d / "nope.parquet", "does not exist; check the path"),
     (lambda d: d / "x-*.parquet", "matches no files; check the pattern"),
