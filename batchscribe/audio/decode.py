@@ -123,6 +123,10 @@ def _open_input(data: AudioInput) -> tuple[str, Callable[[], object]]:
             raise AudioDecodeError(f"{label} does not exist{where}; check the path")
         if path.is_dir():
             raise AudioDecodeError(f"{label} is a directory, not a file; give an audio file inside it")
+        if not path.is_file():
+            # NOTE: reading a FIFO would block this worker (and the run) forever.
+            raise AudioDecodeError(f"{label} is not a regular file (a pipe, socket or device); "
+                                   "give an audio file, or copy the stream to one first")
         try:
             with open(path, "rb") as handle:
                 empty = not handle.read(1)
