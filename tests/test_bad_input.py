@@ -158,6 +158,7 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
         ("nan", {"bytes": wav_bytes(np.full(RATE, np.nan, np.float32), "FLOAT"), "path": "n.wav"}),
         ("missing-path", {"bytes": None, "path": str(tmp_path / "gone.flac")}),
         ("dir-path", {"bytes": None, "path": str(tmp_path)}),
+        ("fifo-path", {"bytes": None, "path": str(tmp_path / "pipe.wav")}),  # reading it would block
         ("dup", {"bytes": good, "path": "d1.flac"}),
         ("dup", {"bytes": b"junk", "path": "d2.flac"}),
         ("dup", {"bytes": good, "path": "d3.flac"}),
@@ -166,6 +167,7 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
                       "text": [f"ref {i}" for i in range(len(rows))], "speaker": list(range(len(rows)))})
     src = tmp_path / "rows.parquet"
     pq.write_table(table, src)
+    os.mkfifo(tmp_path / "pipe.wav")
     args = ["run", str(src), "-o", str(tmp_path / "out"), "--model", str(tiny_en_dir), "--device", "cpu",
             "--passthrough", "speaker", "--workers", "0", "--no-progress", "--no-report"]
     result = runner.invoke(app, args, env=WIDE)
@@ -173,9 +175,9 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
     records = by_id(tmp_path / "out")
     # Duplicate ids: the first keeps its id, later ones get #2, #3 (sources.iter_source's rule).
     assert sorted(records) == sorted(["ok", "null-cell", "empty-bytes", "corrupt", "nan", "missing-path",
-                                      "dir-path", "dup", "dup#2", "dup#3"])
+                                      "dir-path", "fifo-path", "dup", "dup#2", "dup#3"])
     for i, (item_id, _) in enumerate(rows):
-        final_id = {7: "dup", 8: "dup#2", 9: "dup#3"}.get(i, item_id)
+        final_id = {8: "dup", 9: "dup#2", 10: "dup#3"}.get(i, item_id)
         r = records[final_id]
         assert (r["speaker"], r["reference"]) == (i, f"ref {i}")  # nothing of the row is lost
     expected_errors = {
@@ -185,6 +187,7 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
         "nan": "are NaN or Inf",
         "missing-path": "gone.flac' does not exist; check the path",
         "dir-path": "is a directory, not a file",
+        "fifo-path": "is not a regular file (a pipe, socket or device)",
         "dup#2": "cannot be decoded",
     }
     for item_id, text in expected_errors.items():
@@ -194,7 +197,7 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
 
     again = runner.invoke(app, args, env=WIDE)  # resumes: every id done, nothing redone
     assert again.exit_code == 0, again.output
-    assert "0 new, 10 already done" in again.output
+    assert "0 new, 11 already done" in again.output
     assert by_id(tmp_path / "out") == records
 
 
