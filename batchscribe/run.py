@@ -202,7 +202,7 @@ def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
 
 def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _Sink,
               opts: RunOptions) -> None:
-    from batchscribe.audio.pool import decode_stream
+    from batchscribe.audio.pool import decode_stream, read_ahead
 
     todo = sink.skip_completed(items)
     pool_kwargs: dict[str, Any] = {}
@@ -215,7 +215,9 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     elif on_gpu:
         pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
     pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
-    decoded = decode_stream(todo, **pool_kwargs)
+    decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
+    if on_gpu:
+        decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps
     pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
 
     def feed() -> Iterator[tuple[str, np.ndarray]]:

@@ -166,3 +166,35 @@ def test_byte_budget_bounds_long_audio() -> None:
         ahead.append(pulled - k)
     # At most the budget (3 items) done and waiting plus 2 per worker handed out (4) being decoded.
     assert len(ahead) == 30 and max(ahead) <= 3 + 4
+
+
+def test_read_ahead_keeps_order_raises_and_stops_early() -> None:
+    from batchscribe.audio.pool import read_ahead
+
+    assert list(read_ahead(iter(range(500)), depth=7)) == list(range(500))
+
+    def failing():
+        yield 1
+        raise RuntimeError("source broke")
+
+    got = []
+    with pytest.raises(RuntimeError, match="source broke"):
+        for value in read_ahead(failing(), depth=2):
+            got.append(value)
+    assert got == [1]
+
+    closed = []
+
+    def endless():
+        try:
+            i = 0
+            while True:
+                yield i
+                i += 1
+        finally:
+            closed.append(True)
+
+    stream = read_ahead(endless(), depth=3)
+    assert [next(stream) for _ in range(5)] == [0, 1, 2, 3, 4]
+    stream.close()  # the consumer stops early: the producer ends and closes its source
+    assert closed == [True]
