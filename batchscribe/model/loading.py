@@ -182,6 +182,11 @@ def _conversion_lock(target: Path) -> Iterator[None]:
         return
     with open(target.parent / f".{target.name}.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        # Holding the lock, no other process converts into `target`: a temp folder left here is
+        # from a conversion that was killed, and would otherwise keep its disk space for good.
+        for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):
+            for stale in target.parent.glob(pattern):
+                shutil.rmtree(stale, ignore_errors=True)
         try:
             yield
         finally:
