@@ -44,6 +44,7 @@ CORRUPT_ID = "corrupt-flac"  # an error record must be exactly-once too
 SEEDS = (0, 1, 2, 3)
 KILLS_PER_SEED = 5  # 20 kills in all
 RUN_TIMEOUT_S = 240
+RATE_16K = 16000
 
 
 @pytest.fixture(scope="module")
@@ -172,3 +173,33 @@ def test_sigkill_at_random_moments_then_resume_is_exactly_once(
     assert sorted(i for e in manifest for i in e["ids"]) == sorted(reference)
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["status"], summary["items"], summary["errors"]) == ("complete", len(reference), 1)
+
+
+def test_kill_during_model_conversion_then_rerun(tiny_en_dir: Path, tmp_path: Path) -> None:
+    """SIGKILL on first use, after model.safetensors is written and before the folder is complete."""
+    import numpy as np
+
+    clip = tmp_path / "silence.wav"
+    sf.write(clip, np.zeros(RATE_16K, np.int16), RATE_16K, subtype="PCM_16")
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    args = ["run", str(clip), "-o", str(out), "--model", "tiny.en", "--cache-dir", str(cache), "--device", "cpu",
+            "--workers", "0", "--no-progress", "--no-report"]
+    script = (
+        "import os, signal, sys\n"
+        "from batchscribe.model import ct2\n"
+        "ct2._write_json = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from batchscribe.cli import app\n"
+        f"sys.argv = ['batchscribe', *{args!r}]\n"
+        "app()\n"
+    )
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=RUN_TIMEOUT_S)
+    assert killed.returncode == -signal.SIGKILL
+    assert not (cache / "converted" / "tiny.en").exists()  # only a hidden temp folder is left
+    assert not out.exists() or not list(out.glob("records-*"))
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", *args], capture_output=True, text=True,
+                          timeout=RUN_TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    assert [r["id"] for r in _committed(out)] == ["silence"]
+    assert not list((cache / "converted").glob(".tiny.en.tmp-*"))  # the killed run's temp is reclaimed
+    converted = cache / "converted" / "tiny.en"
+    assert (converted / "model.safetensors").stat().st_size == (tiny_en_dir / "model.safetensors").stat().st_size
