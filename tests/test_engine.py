@@ -93,8 +93,6 @@ def _to_openai_names(sd: dict) -> dict:
         n = n.replace("final_layer_norm", "mlp_ln").replace("fc1", "mlp.0").replace("fc2", "mlp.2")
         n = re.sub(r"\.(q|k|v)_proj", lambda m: "." + {"q": "query", "k": "key", "v": "value"}[m.group(1)], n)
         n = n.replace("out_proj", "out").replace("encoder.layer_norm", "encoder.ln_post").replace("decoder.layer_norm", "decoder.ln")
-        if n.endswith("positional_embedding") and n.startswith("encoder"):
-            continue  # openai keeps the sinusoidal table as a buffer
         out[n] = t.float()
     return out
 
