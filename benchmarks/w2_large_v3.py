@@ -149,7 +149,6 @@ def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -
             one()
         common.sync()
         seconds = time.perf_counter() - t0
-    del model
     torch.cuda.empty_cache()
     name = ("Whisper generate" if whisper_generate else "GenerationMixin.generate") + f" bs {batch}"
     return {"windows_per_s": rounds * batch / seconds, "batch": batch, "memory": common.peak_gib(), "name": name}

@@ -51,7 +51,6 @@ def test_long_form_seek_matches_openai_whisper(transcriber, shared_data, tiny_en
     """A 5-minute file: segments cover the audio in order; text close to openai-whisper's
     transcribe() on the same weights (it computes features over the whole file, we per window)."""
     whisper = pytest.importorskip("whisper")
-    import torch
 
     from batchscribe.model.loading import load_state_dict
 
@@ -143,8 +142,6 @@ def test_silence_and_empty_audio(transcriber) -> None:
         _check_record(record)
     assert empty["segments"] == [] and empty["text"] == ""
     # Default thresholds: a silent window is skipped (openai's no-speech rule) or yields no words.
-    from batchscribe.api import Transcriber
-
     assert silent["duration"] == 5.0
     assert len(silent["text"].split()) <= 2
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 
 import jiwer
-import numpy as np
 import pytest
 import soundfile as sf
 import torch

@@ -115,7 +115,6 @@ def test_logits_equal_transformers_real_tiny_en(tiny_en_dir) -> None:
 
 def test_half_precision_runs_close_to_float32() -> None:
     hf_model = _hf_model(80, 51864, seed=3)
-    ours = _ours(hf_model)
     mel = torch.randn(1, 80, 3000)
     tokens = torch.randint(0, 51864, (1, 4))
     with torch.no_grad():

@@ -100,7 +100,7 @@ class Engine:
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
-        self._id_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+        self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
         # Host seconds per stage (and counts), for benchmarks: where does the time go?
         self.timings: defaultdict[str, float] = defaultdict(float)
         # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
@@ -174,7 +174,7 @@ class Engine:
         return item.seek >= item.content_frames
 
     def _record(self, item: _Item) -> dict:
-        code = self._id_of_token.get(item.language_token, "en") if item.language_token else "en"
+        code = self._code_of_token.get(item.language_token, "en") if item.language_token else "en"
         return make_record(item.id, item.segments, self.tokenizer.language_name(code), item.duration)
 
     # -- the loop ------------------------------------------------------------------------------
