@@ -328,7 +328,9 @@ def _read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
         raise SourceError(f"{path}: not a readable Parquet file ({exc}); check or re-write the file") from exc
     cols = _resolve_columns(pfile.schema_arrow.names, opts, str(path))
     audio_type = pfile.schema_arrow.field(cols.audio).type
-    if not (pa.types.is_struct(audio_type) or pa.types.is_string(audio_type)
+    # A null-typed column (every cell null, e.g. one shard of a dataset whose audio is missing
+    # there) is read too: each row becomes an error record naming its id, not a stopped run.
+    if not (pa.types.is_null(audio_type) or pa.types.is_struct(audio_type) or pa.types.is_string(audio_type)
             or pa.types.is_large_string(audio_type) or pa.types.is_binary(audio_type)
             or pa.types.is_large_binary(audio_type)):
         raise SourceError(
