@@ -167,3 +167,43 @@ def test_bucketed_attention_lengths_change_nothing(tiny_en_dir, shared_data) -> 
     assert default_kv_buckets(448) == [64, 160, 256, 448]
     assert default_buckets(256)[-1] == 256 and default_buckets(3) == [1, 2, 3]
     assert slots_for_memory(10 * 2**30, 2**30, fraction=0.6) == 6
+
+
+def test_out_of_memory_shrinks_slots_and_admission_groups(tiny_en_dir, shared_data, monkeypatch, caplog) -> None:
+    """Out of memory while allocating slots halves them; out of memory while admitting a group
+    requeues it and admits smaller groups. Either way every item still gets its record, unchanged.
+    (On the GPU these are torch.OutOfMemoryError from the allocator; here they are injected.)"""
+    import torch
+
+    from batchscribe.api import Transcriber
+    from batchscribe.engine import decoding
+
+    jfk = decode_audio(shared_data / "misc" / "jfk.flac")
+    items = [(f"u{i}", jfk[: 16000 * (3 + i)]) for i in range(5)]
+    expected = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY).transcribe(items)
+
+    real_init, real_admit = decoding.SlotDecoder.__init__, decoding.SlotDecoder.admit
+    admits: list[int] = []
+
+    def init(self, model, spec, n_slots, *args, **kwargs):
+        if n_slots > 8:
+            raise torch.OutOfMemoryError("injected: no room for the caches")
+        real_init(self, model, spec, n_slots, *args, **kwargs)
+
+    def admit(self, requests, slots):
+        admits.append(len(requests))
+        if len(requests) > 1 and len(admits) == 1:
+            raise torch.OutOfMemoryError("injected: encoder activations")
+        real_admit(self, requests, slots)
+
+    monkeypatch.setattr(decoding.SlotDecoder, "__init__", init)
+    monkeypatch.setattr(decoding.SlotDecoder, "admit", admit)
+    with caplog.at_level("WARNING", logger="batchscribe.engine.engine"):
+        t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=32, **GREEDY)
+        got = t.transcribe(items)
+    engine = next(iter(t._engines.values()))
+    assert engine.decoder.n_slots == 8 and engine.admit_max == 1
+    assert admits[0] == 2 and set(admits[1:]) == {1}  # groups of admit_min = 8 // 4, then of 1
+    assert "retrying with 16" in caplog.text and "retrying with 8" in caplog.text
+    assert "admitting at most 1" in caplog.text
+    assert [[s["tokens"] for s in r["segments"]] for r in got] == [[s["tokens"] for s in r["segments"]] for r in expected]

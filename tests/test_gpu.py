@@ -60,3 +60,29 @@ def test_features_on_gpu_equal_cpu(utterances) -> None:
     cpu = LogMel(80, "cpu")(batch)
     gpu = LogMel(80, "cuda")(batch.cuda()).cpu()
     assert (cpu - gpu).abs().max() < 1e-4
+
+
+def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
+    """Fill the GPU so 256 slots of cache cannot fit: the engine halves its slots until they do,
+    and still transcribes exactly what an unconstrained engine does."""
+    from batchscribe.api import Transcriber
+    from batchscribe.model.whisper import DecoderCache
+
+    items = utterances[:6]
+    kw = dict(dtype="float16", temperatures=(0.0,))
+    expected = _tokens(Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **kw).transcribe(items))
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info()
+    t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=256, **kw)  # model loaded first
+    per_slot = DecoderCache.bytes_per_slot(t.model.dims, torch.float16)
+    free, _ = torch.cuda.mem_get_info()
+    # Leave room for ~40 slots of cache plus working memory, not for 256.
+    ballast = torch.empty(int(free - 40 * per_slot - 2**30), dtype=torch.uint8, device="cuda")
+    try:
+        got = _tokens(t.transcribe(items))
+        engine = next(iter(t._engines.values()))
+        assert engine.decoder.n_slots < 256
+    finally:
+        del ballast
+        torch.cuda.empty_cache()
+    assert got == expected

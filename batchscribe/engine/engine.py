@@ -8,6 +8,7 @@ next window is queued as soon as its previous one finishes.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
@@ -24,6 +25,8 @@ from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.model.whisper import Whisper
 from batchscribe.output.verbose_json import WindowStats, make_record, split_window
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -84,19 +87,11 @@ class Engine:
     ):
         self.tokenizer, self.options = tokenizer, options
         spec = decoder_spec(tokenizer, options, model_suppress, model.dims.n_text_ctx)
-        kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
-        self.decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed, kv_buckets=kv_buckets)
         # The host looks at finished flags every `check_every` steps: on the GPU each look is a
         # sync, so finished rows idle for a few inert steps instead.
-        self.check_every = 1
+        self.check_every = 8 if device.type == "cuda" else 1
         self.graphs: GraphRunner | None = None
-        if device.type == "cuda":
-            self.check_every = 8
-            if cuda_graphs:
-                sample = any(t > 0 for t in options.temperatures)
-                self.graphs = GraphRunner(self.decoder, default_buckets(n_slots), sample=sample)
-                self.graphs.capture()
-                self.decoder.runner = self.graphs
+        self.decoder = self._build(model, spec, options, device, n_slots, cuda_graphs)
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
@@ -104,7 +99,37 @@ class Engine:
         # Host seconds per stage (and counts), for benchmarks: where does the time go?
         self.timings: defaultdict[str, float] = defaultdict(float)
         # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
-        self.admit_min = max(1, n_slots // 4)
+        self.admit_min = max(1, self.decoder.n_slots // 4)
+        self.admit_max = self.decoder.n_slots  # lowered when an admission runs out of memory
+
+    def _build(
+        self,
+        model: Whisper,
+        spec: DecoderSpec,
+        options: DecodeOptions,
+        device: torch.device,
+        n_slots: int,
+        cuda_graphs: bool,
+    ) -> SlotDecoder:
+        """Allocate the slots (and capture their graphs); out of memory, halve the slots and retry."""
+        kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
+        while True:
+            try:
+                decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed, kv_buckets=kv_buckets)
+                if device.type == "cuda" and cuda_graphs:
+                    sample = any(t > 0 for t in options.temperatures)
+                    self.graphs = GraphRunner(decoder, default_buckets(n_slots), sample=sample)
+                    self.graphs.capture()
+                    decoder.runner = self.graphs
+                return decoder
+            except torch.OutOfMemoryError:
+                if n_slots == 1:
+                    raise
+                decoder = self.graphs = None
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+                log.warning("out of GPU memory with %d decoder slots; retrying with %d", n_slots, n_slots // 2)
+                n_slots //= 2
 
     # -- windows -------------------------------------------------------------------------------
 
@@ -210,8 +235,21 @@ class Engine:
             n_rows = dec.rows_in_use()
             if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
                 t0 = time.perf_counter()
-                group = [queue.popleft() for _ in range(min(len(free), len(queue)))]
-                dec.admit([self._window(k, live[k]) for k in group], free[: len(group)])
+                group = [queue.popleft() for _ in range(min(len(free), len(queue), self.admit_max))]
+                try:
+                    dec.admit([self._window(k, live[k]) for k in group], free[: len(group)])
+                except torch.OutOfMemoryError:
+                    # The encoder's activations for this group did not fit: nothing was admitted
+                    # (slots are claimed only after encoding), so requeue and admit smaller groups.
+                    if len(group) == 1:
+                        raise
+                    queue.extendleft(reversed(group))
+                    self.admit_max = max(1, len(group) // 2)
+                    log.warning("out of memory admitting %d windows; admitting at most %d at a time",
+                                len(group), self.admit_max)  # fmt: skip
+                    if dec.device.type == "cuda":
+                        torch.cuda.empty_cache()
+                    continue
                 n_rows = dec.rows_in_use()
                 clock["admit"] += time.perf_counter() - t0
                 clock["windows"] += len(group)
