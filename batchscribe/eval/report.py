@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from batchscribe.eval import wer
 from batchscribe.eval.inputs import Predictions, Reference, load_predictions, load_references, references_from_records
 from batchscribe.eval.normalize import NORMALIZERS, get_normalizer
 from batchscribe.eval.wer import Counts
+from batchscribe.output.writers import package_versions
 
 SOURCE_GROUP = "source"  # group column meaning "the reference input the item came from"
 _VERSIONED = ("batchscribe", "jiwer", "numpy", "pyarrow")
@@ -193,7 +193,7 @@ def _assemble(s: EvalSettings, items: tuple[Item, ...], preds: Predictions, unma
     summary = preds.summary or {}
     return Report(s, items, words.rate if words.n_ref else math.nan, chars.rate if chars.n_ref else math.nan,
                   ci, words, chars, groups, durations, unmatched, no_text, preds.duplicates,
-                  model=summary.get("model"), run_summary=preds.summary, versions=package_versions())
+                  model=summary.get("model"), run_summary=preds.summary, versions=package_versions(_VERSIONED))
 
 
 def _rows(keys: list[str], items: Sequence[Item], key: Any = None) -> tuple[GroupRow, ...]:
@@ -204,14 +204,6 @@ def _rows(keys: list[str], items: Sequence[Item], key: Any = None) -> tuple[Grou
                  for k in wer.sort_keys(acc, key))
 
 
-def package_versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in _VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def counts_dict(c: Counts) -> dict[str, Any]:

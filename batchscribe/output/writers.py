@@ -355,9 +355,9 @@ _VERSIONED = ("batchscribe", "torch", "numpy", "safetensors", "tokenizers", "pya
               "soundfile", "soxr", "av", "huggingface_hub", "flashinfer-python")
 
 
-def package_versions() -> dict[str, str | None]:
+def package_versions(names: tuple[str, ...] = _VERSIONED) -> dict[str, str | None]:
     versions: dict[str, str | None] = {"python": sys.version.split()[0]}
-    for name in _VERSIONED:
+    for name in names:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
