@@ -143,12 +143,32 @@ def test_without_timestamps_only_suppresses() -> None:
 
 def test_select_greedy_and_sampling() -> None:
     logits = torch.tensor([[0.0, 5.0, 1.0], [2.0, 1.0, 0.0]])
-    tokens, logprobs = select_tokens(logits, torch.zeros(2), None, sample=False)
+    tokens, logprobs = select_tokens(logits, torch.zeros(2), None, None, sample=False)
     assert tokens.tolist() == [1, 0]
     assert torch.allclose(logprobs, torch.log_softmax(logits, -1).gather(1, tokens[:, None]).squeeze(1))
     # Sampling at temperature 1 follows softmax(logits): check the frequencies.
-    gen = torch.Generator().manual_seed(0)
     many = logits[1:].repeat(20000, 1)
-    drawn, _ = select_tokens(many, torch.ones(20000), gen, sample=True)
+    keys = torch.arange(20000) * 7919 + 13
+    drawn, _ = select_tokens(many, torch.ones(20000), keys, torch.full((20000,), 5), sample=True)
     freq = torch.bincount(drawn, minlength=3).float() / 20000
     assert torch.allclose(freq, torch.softmax(logits[1], -1), atol=0.015)
+    # Temperature sharpens: at T=0.25 the top token wins far more often than softmax says.
+    sharp, _ = select_tokens(many, torch.full((20000,), 0.25), keys, torch.full((20000,), 5), sample=True)
+    assert (sharp == 0).float().mean() > 0.9
+
+
+def test_sampling_noise_is_per_row_and_uniform() -> None:
+    """A row's draws depend on its key and position only: not on its row index or batch."""
+    from batchscribe.engine.logits import uniform_noise
+
+    keys, pos = torch.tensor([11, 22, 33]), torch.tensor([4, 9, 4])
+    batch = uniform_noise(keys, pos, 1000)
+    assert torch.equal(uniform_noise(keys.flip(0), pos.flip(0), 1000), batch.flip(0))
+    assert torch.equal(uniform_noise(keys[1:2], pos[1:2], 1000), batch[1:2])
+    assert not torch.equal(uniform_noise(keys, pos + 1, 1000), batch)
+    flat = uniform_noise(torch.arange(200), torch.zeros(200, dtype=torch.long), 1000).flatten()
+    assert 0 < flat.min() and flat.max() < 1
+    # Uniform: each decile holds ~10 % of 200,000 draws; mean 0.5.
+    counts = torch.histc(flat, bins=10, min=0, max=1) / flat.numel()
+    assert torch.allclose(counts, torch.full((10,), 0.1), atol=0.005)
+    assert abs(flat.mean().item() - 0.5) < 0.005

@@ -34,6 +34,7 @@ class WindowRequest:
     prompt: tuple[int, ...]  # forced prefix; a language placeholder sits at LANGUAGE_POSITION if detecting
     detect_language: bool
     temperature: float
+    noise_key: int = 0  # sampling key: the same key samples the same tokens in any slot or batch
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,6 @@ class SlotDecoder:
         spec: DecoderSpec,
         n_slots: int,
         device: torch.device,
-        seed: int = 0,
         kv_buckets: Sequence[int] = (),  # self-attention lengths steps may use; () = exact
     ):
         dims = model.dims
@@ -79,13 +79,6 @@ class SlotDecoder:
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
-        # NOTE: CUDA graphs replay the default CUDA generator's philox state; a private generator
-        # would need registering with every graph. So on CUDA we seed the default one.
-        if device.type == "cuda":
-            torch.cuda.manual_seed(seed)
-            self.generator = None
-        else:
-            self.generator = torch.Generator(device=device).manual_seed(seed)
         self.runner = None  # a GraphRunner, set by the engine on CUDA
         # Host staging for admitted audio, allocated once (pinned allocations are slow).
         self.staging = torch.zeros(n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=device.type == "cuda")
@@ -102,6 +95,7 @@ class SlotDecoder:
         self.sum_logprob = zeros(n_slots, dtype=torch.float32)
         self.no_speech_prob = zeros(n_slots, dtype=torch.float32)
         self.temperature = zeros(n_slots, dtype=torch.float32)
+        self.noise_key = zeros(n_slots)  # [S] per-window sampling key (logits.uniform_noise)
         self.detect = zeros(n_slots, dtype=torch.bool)
         self.running = zeros(n_slots, dtype=torch.bool)  # admitted and not finished
         self.hit_eot = zeros(n_slots, dtype=torch.bool)
@@ -125,12 +119,13 @@ class SlotDecoder:
         self.model.write_cross_kv(self.cache, enc, slot_ids)
 
         prompts = torch.zeros(len(requests), self.n_ctx, dtype=torch.long)
-        begin, detect, temps = [], [], []
+        begin, detect, temps, keys = [], [], [], []
         for i, req in enumerate(requests):
             prompts[i, : len(req.prompt)] = torch.tensor(req.prompt)
             begin.append(len(req.prompt))
             detect.append(req.detect_language)
             temps.append(req.temperature)
+            keys.append(req.noise_key)
             self.keys[slots[i]] = req.key
             self.temperatures[slots[i]] = req.temperature
             self.host_positions[slots[i]] = 0
@@ -143,6 +138,7 @@ class SlotDecoder:
         self.sum_logprob[slot_ids] = 0.0
         self.no_speech_prob[slot_ids] = 0.0
         self.temperature[slot_ids] = torch.tensor(temps, device=self.device)
+        self.noise_key[slot_ids] = torch.tensor(keys, device=self.device)
         self.detect[slot_ids] = torch.tensor(detect, device=self.device)
         self.running[slot_ids] = True
         self.hit_eot[slot_ids] = False
@@ -206,7 +202,7 @@ class SlotDecoder:
         next_pos = positions + 1
         begin = self.sample_begin[rows]
         filtered = self.rules.apply(logits, tokens, next_pos, begin, self.last_timestamp[rows])
-        sampled, logprob = select_tokens(filtered, self.temperature[rows], self.generator, sample)
+        sampled, logprob = select_tokens(filtered, self.temperature[rows], self.noise_key[rows], next_pos, sample)
 
         forced = next_pos < begin
         prompt_tok = tokens.gather(1, next_pos.clamp(max=self.n_ctx - 1)[:, None]).squeeze(1)

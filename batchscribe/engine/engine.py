@@ -8,6 +8,7 @@ next window is queued as soon as its previous one finishes.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections import defaultdict, deque
@@ -115,7 +116,7 @@ class Engine:
         kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
         while True:
             try:
-                decoder = SlotDecoder(model, spec, n_slots, device, seed=options.seed, kv_buckets=kv_buckets)
+                decoder = SlotDecoder(model, spec, n_slots, device, kv_buckets=kv_buckets)
                 if device.type == "cuda" and cuda_graphs:
                     sample = any(t > 0 for t in options.temperatures)
                     self.graphs = GraphRunner(decoder, default_buckets(n_slots), sample=sample)
@@ -150,7 +151,10 @@ class Engine:
         audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
         prompt, detect = self._prompt(item)
         temperature = self.options.temperatures[item.temp_index]
-        return WindowRequest(key, audio, prompt, detect, temperature)
+        # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
+        digest = hashlib.blake2b(f"{self.options.seed}/{item.id}/{item.seek}/{item.temp_index}".encode(), digest_size=7)
+        noise_key = int.from_bytes(digest.digest(), "little")
+        return WindowRequest(key, audio, prompt, detect, temperature, noise_key)
 
     # -- results -------------------------------------------------------------------------------
 

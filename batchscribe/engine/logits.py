@@ -97,10 +97,43 @@ class LogitRules:
         logits.masked_fill_((ts_mass > best_text)[:, None] & self.is_text, NEG_INF)
 
 
+_MASK = (1 << 64) - 1
+
+
+def _signed(value: int) -> int:
+    """A 64-bit constant as the int64 torch holds it."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+_GOLDEN, _MIX1, _MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _shr(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """Logical right shift of int64 (torch's >> is arithmetic)."""
+    return (x >> bits) & ((1 << (64 - bits)) - 1)
+
+
+def uniform_noise(keys: torch.Tensor, positions: torch.Tensor, n_vocab: int) -> torch.Tensor:
+    """[B, V] uniforms in (0, 1) from a counter-based hash (splitmix64) of (row key, position, token).
+
+    A row's draws depend only on its own key and position, never on which slot it sits in or what
+    else is decoding, so a sampled (fallback) window decodes the same in any batch and after a
+    resume. Integer ops only: identical on every device and capturable in a CUDA graph.
+    """
+    vocab = torch.arange(n_vocab, device=keys.device)
+    x = keys[:, None] * _GOLDEN + positions[:, None] * _MIX2 + vocab[None, :]  # int64, wraps
+    x = (x ^ _shr(x, 30)) * _MIX1
+    x = (x ^ _shr(x, 27)) * _MIX2
+    x = x ^ _shr(x, 31)
+    top53 = _shr(x, 11).to(torch.float64)
+    return ((top53 + 0.5) / float(1 << 53)).to(torch.float32).clamp_(1e-12, 1 - 1e-7)
+
+
 def select_tokens(
     logits: torch.Tensor,  # [B, V] float32 after the rules
     temperature: torch.Tensor,  # [B] float32; 0 is greedy
-    generator: torch.Generator | None,
+    noise_keys: torch.Tensor | None,  # [B] long: each row's sampling key (see uniform_noise)
+    positions: torch.Tensor | None,  # [B] long: the position being sampled
     sample: bool,  # host-known: does any row have temperature > 0?
 ) -> tuple[torch.Tensor, torch.Tensor]:  # tokens [B] long, their log-probabilities [B]
     """Greedy or temperature sampling per row; the logprob is of the untempered distribution,
@@ -108,7 +141,7 @@ def select_tokens(
     chosen = logits.argmax(dim=-1)
     if sample:
         # Gumbel-max draws from softmax(logits / T) without a data-dependent multinomial.
-        u = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-20, 1.0)
+        u = uniform_noise(noise_keys, positions, logits.shape[1])
         gumbel = -torch.log(-torch.log(u))
         scaled = logits / temperature.clamp(min=1e-6)[:, None] + gumbel
         chosen = torch.where(temperature > 0, scaled.argmax(dim=-1), chosen)
