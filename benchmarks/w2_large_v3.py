@@ -109,7 +109,7 @@ def _breakdown(engine: Engine, audio: np.ndarray) -> dict:
     with torch.no_grad():
         enc_ms = _time_ms(lambda: model.encoder(mel)) / group
     runner = engine.graphs
-    step_ms = {kv: _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv].replay(), 10) for kv in runner.kv_buckets}
+    step_ms = {kv: _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv, False].replay(), 10) for kv in runner.kv_buckets}
     return {"encoder_ms_per_window": enc_ms, "step_ms_full_bucket": step_ms}
 
 

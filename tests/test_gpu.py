@@ -86,3 +86,17 @@ def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
         del ballast
         torch.cuda.empty_cache()
     assert got == expected
+
+
+def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
+    """Forced fallback to T=1.0: the lazily captured sampling graphs draw exactly what eager does."""
+    from batchscribe.api import Transcriber
+
+    kw = dict(device="cuda", dtype="float32", batch_size=8, temperatures=(0.0, 1.0), compression_ratio_threshold=0.0)
+    items = utterances[:8]
+    eager = _tokens(Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw).transcribe(items))
+    graphed_t = Transcriber(str(tiny_en_dir), cuda_graphs=True, **kw)
+    graphed = _tokens(graphed_t.transcribe(items))
+    assert eager == graphed
+    runner = next(iter(graphed_t._engines.values())).graphs
+    assert any(sample for (_, _, sample) in runner.graphs)

@@ -176,10 +176,11 @@ class SlotDecoder:
         kv_len = int(self.host_positions[:n_rows].max()) + 1
         if self.kv_buckets:
             kv_len = self.kv_buckets[bisect_left(self.kv_buckets, kv_len)]
+        sample = any(t > 0 for t in self.temperatures[:n_rows])
         if self.runner is not None:
-            self.runner.replay(n_rows, kv_len)
+            self.runner.replay(n_rows, kv_len, sample)
         else:
-            self._step(n_rows, kv_len, any(t > 0 for t in self.temperatures[:n_rows]))
+            self._step(n_rows, kv_len, sample)
         self.host_positions[:n_rows] += np.array(
             [key is not None for key in self.keys[:n_rows]], dtype=np.int64
         )
@@ -258,5 +259,6 @@ class SlotDecoder:
                 )
             )
             self.keys[slot] = None
+            self.temperatures[slot] = 0.0  # a free slot never asks for the sampling graphs
             self.host_positions[slot] = 0
         return results

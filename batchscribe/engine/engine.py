@@ -118,9 +118,8 @@ class Engine:
             try:
                 decoder = SlotDecoder(model, spec, n_slots, device, kv_buckets=kv_buckets)
                 if device.type == "cuda" and cuda_graphs:
-                    sample = any(t > 0 for t in options.temperatures)
-                    self.graphs = GraphRunner(decoder, default_buckets(n_slots), sample=sample)
-                    self.graphs.capture()
+                    self.graphs = GraphRunner(decoder, default_buckets(n_slots))
+                    self.graphs.capture(sample=False)
                     decoder.runner = self.graphs
                 return decoder
             except torch.OutOfMemoryError:

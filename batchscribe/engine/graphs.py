@@ -49,19 +49,23 @@ class CapturePlan:
 
 
 class GraphRunner:
-    """Holds one captured decode step per bucket for a SlotDecoder on a CUDA device."""
+    """Holds one captured decode step per (bucket, attention length) for a SlotDecoder on CUDA.
 
-    def __init__(self, decoder: SlotDecoder, buckets: list[int], sample: bool = False):
+    Greedy graphs are captured up front; the sampling variant (which adds the per-row noise over
+    the whole vocabulary to every step) only when a window first decodes at a temperature > 0.
+    """
+
+    def __init__(self, decoder: SlotDecoder, buckets: list[int]):
         if decoder.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; the CPU path steps eagerly")
         self.decoder = decoder
         self.buckets = sorted(buckets)
         self.kv_buckets = decoder.kv_buckets or [decoder.n_ctx]
-        self.sample = sample
-        self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
+        self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
+        self.pool = None  # one memory pool shared by every graph (replays never overlap)
         self.plan: CapturePlan | None = None
 
-    def capture(self) -> CapturePlan:
+    def capture(self, sample: bool = False) -> CapturePlan:
         dec = self.decoder
         start = time.perf_counter()
         before = torch.cuda.memory_reserved(dec.device)
@@ -70,26 +74,30 @@ class GraphRunner:
         stream.wait_stream(torch.cuda.current_stream(dec.device))
         with torch.cuda.stream(stream):
             for _ in range(2):
-                dec._step(self.buckets[-1], self.kv_buckets[-1], self.sample)
+                dec._step(self.buckets[-1], self.kv_buckets[-1], sample)
         torch.cuda.current_stream(dec.device).wait_stream(stream)
         torch.cuda.synchronize(dec.device)
-        pool = None
         for bucket in reversed(self.buckets):
             for kv_len in reversed(self.kv_buckets):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    dec._step(bucket, kv_len, self.sample)
-                pool = graph.pool()
-                self.graphs[bucket, kv_len] = graph
+                with torch.cuda.graph(graph, pool=self.pool):
+                    dec._step(bucket, kv_len, sample)
+                self.pool = graph.pool()
+                self.graphs[bucket, kv_len, sample] = graph
         torch.cuda.synchronize(dec.device)
         seconds = time.perf_counter() - start
-        self.plan = CapturePlan(tuple(self.buckets), seconds, torch.cuda.memory_reserved(dec.device) - before)
-        log.info("captured %d decode graphs (rows %s x kv %s) in %.2f s", len(self.graphs), self.buckets,
-                 self.kv_buckets, seconds)  # fmt: skip
+        previous = self.plan.capture_seconds if self.plan else 0.0
+        self.plan = CapturePlan(tuple(self.buckets), previous + seconds,
+                                torch.cuda.memory_reserved(dec.device) - before)  # fmt: skip
+        log.info("captured %d %s decode graphs (rows %s x kv %s) in %.2f s", len(self.buckets) * len(self.kv_buckets),
+                 "sampling" if sample else "greedy", self.buckets, self.kv_buckets, seconds)  # fmt: skip
         return self.plan
 
     def bucket_for(self, n_rows: int) -> int:
         return self.buckets[bisect_left(self.buckets, n_rows)]
 
-    def replay(self, n_rows: int, kv_len: int) -> None:
-        self.graphs[self.bucket_for(n_rows), kv_len].replay()
+    def replay(self, n_rows: int, kv_len: int, sample: bool) -> None:
+        key = (self.bucket_for(n_rows), kv_len, sample)
+        if key not in self.graphs:
+            self.capture(sample)
+        self.graphs[key].replay()
