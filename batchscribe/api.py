@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
+from batchscribe.engine.decoding import AttentionKinds
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.graphs import slots_for_memory
 from batchscribe.model.dims import ModelDims
@@ -37,6 +38,7 @@ class ModelInfo:
     dims: ModelDims
     device: str
     dtype: str
+    attention: str = "sdpa"  # self-attention kernel / cross-attention kernel / cross K/V dtype
 
 
 def resolve_device(device: str) -> torch.device:
@@ -62,6 +64,8 @@ class Transcriber:
         batch_size: int | None = None,
         cache_dir: str | Path | None = None,
         cuda_graphs: bool = True,
+        attention: str = "auto",
+        cross_kv: str = "auto",
         decode: DecodeOptions | None = None,
         **decode_options: Any,
     ):
@@ -72,9 +76,14 @@ class Transcriber:
         if decode is not None and decode_options:
             raise ConfigError("pass either decode=DecodeOptions(...) or keyword options, not both")
         self.options = decode or DecodeOptions(**decode_options)
-        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs)
+        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
+                                            attention=attention, cross_kv=cross_kv)  # fmt: skip
         self.device = resolve_device(device)
         dtype_name = dtype or ("float16" if self.device.type == "cuda" else "float32")
+        try:
+            self.attention = AttentionKinds.resolve(attention, cross_kv, self.device, _DTYPES[dtype_name])
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
@@ -86,17 +95,20 @@ class Transcriber:
         self.model.to(device=self.device, dtype=_DTYPES[dtype_name])
         generation = _read_json(folder / "generation_config.json")
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
-        self.model_info = ModelInfo(model, str(folder), dims, str(self.device), dtype_name)
-        self.n_slots = batch_size or self._default_slots(dims, _DTYPES[dtype_name])
+        kinds = self.attention
+        cross_dtype = str(kinds.cross_dtype or _DTYPES[dtype_name]).removeprefix("torch.")
+        self.model_info = ModelInfo(model, str(folder), dims, str(self.device), dtype_name,
+                                    f"{kinds.self_attention}/{kinds.cross_attention}/{cross_dtype}")  # fmt: skip
+        self.n_slots = batch_size or self._default_slots(dims, _DTYPES[dtype_name], self.attention.cross_dtype)
         self._engines: dict[DecodeOptions, Engine] = {}
 
-    def _default_slots(self, dims: ModelDims, dtype: torch.dtype) -> int:
+    def _default_slots(self, dims: ModelDims, dtype: torch.dtype, cross_dtype: torch.dtype | None) -> int:
         if self.device.type != "cuda":
             return 16
         free, _ = torch.cuda.mem_get_info(self.device)
-        fit = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype), cap=256)
-        log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit,
-                 DecoderCache.bytes_per_slot(dims, dtype) / 1e6, free / 1e9)  # fmt: skip
+        per_slot = DecoderCache.bytes_per_slot(dims, dtype, cross_dtype)
+        fit = slots_for_memory(free, per_slot, cap=256)
+        log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit, per_slot / 1e6, free / 1e9)
         return fit
 
     def _engine(self, options: DecodeOptions) -> Engine:
@@ -110,6 +122,7 @@ class Transcriber:
                 self.device,
                 n_slots=self.n_slots,
                 cuda_graphs=self.engine_options.cuda_graphs,
+                attention=self.attention,
             )
         return self._engines[options]
 

@@ -167,6 +167,8 @@ def _report_wer(output_dir: Path) -> None:
 Format = Literal["jsonl", "parquet"]
 Task = Literal["transcribe", "translate"]
 DType = Literal["float32", "float16", "bfloat16"]
+Attention = Literal["auto", "sdpa", "flashinfer"]
+CrossKV = Literal["auto", "fp8"]
 
 
 @app.command("run", epilog=RUN_EXAMPLES)
@@ -182,6 +184,8 @@ def run_command(
     dtype: Annotated[DType | None, typer.Option(help="Default: float16 on CUDA, float32 on CPU.",
                                                 show_default=False)] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the CPU, sized from free memory on CUDA (up to 256).")] = None,
+    attention: Annotated[Attention, typer.Option(help="Attention kernels: auto (FlashInfer on CUDA when installed), sdpa or flashinfer.")] = "auto",
+    cross_kv: Annotated[CrossKV, typer.Option(help="Cross-attention K/V storage: auto (the model's dtype) or fp8 (half the bytes per decode step; GPU).")] = "auto",
     language: Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.",
                                                  show_default=False)] = None,
     task: Annotated[Task, typer.Option(help="transcribe, or translate to English.")] = "transcribe",
@@ -231,6 +235,7 @@ def run_command(
     with _handled():
         opts = RunOptions(
             model=model, device=device, dtype=dtype, batch_size=batch_size, cache_dir=cache_dir,
+            attention=attention, cross_kv=cross_kv,
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  temperatures=_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
@@ -270,6 +275,7 @@ def demo_command(
 ) -> None:
     """Transcribe the bundled demo clips (same as `run --demo`)."""
     run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=None,
+                attention="auto", cross_kv="auto",
                 language=None, task="transcribe", without_timestamps=False,
                 temperature="0,0.2,0.4,0.6,0.8,1.0", limit=None, fmt="jsonl",
                 audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,

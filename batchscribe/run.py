@@ -57,6 +57,8 @@ class RunOptions:
     device: str = "auto"
     dtype: str | None = None
     batch_size: int | None = None  # decoder slots; None: the transcriber's default for the device
+    attention: str = "auto"  # EngineOptions.attention
+    cross_kv: str = "auto"  # EngineOptions.cross_kv
     cache_dir: Path | None = None
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     source: SourceOptions = field(default_factory=SourceOptions)
@@ -120,7 +122,8 @@ def default_transcriber(opts: RunOptions) -> TranscriberLike:
     from batchscribe.api import Transcriber
 
     return Transcriber(model=opts.model, device=opts.device, dtype=opts.dtype,
-                       batch_size=opts.batch_size, cache_dir=opts.cache_dir, decode=opts.decode)
+                       batch_size=opts.batch_size, cache_dir=opts.cache_dir, decode=opts.decode,
+                       attention=opts.attention, cross_kv=opts.cross_kv)  # fmt: skip
 
 
 def run_config(inputs: Sequence[str], opts: RunOptions) -> dict[str, Any]:
@@ -358,6 +361,7 @@ def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: 
         "options": {
             "decode": dataclasses.asdict(opts.decode),
             "device": opts.device, "dtype": opts.dtype, "batch_size": opts.batch_size,
+            "attention": opts.attention, "cross_kv": opts.cross_kv,
             "format": opts.format, "workers": opts.workers, "max_errors": opts.max_errors,
             "source": {**dataclasses.asdict(opts.source), "passthrough": list(opts.source.passthrough)},
         },

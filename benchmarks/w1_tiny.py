@@ -51,10 +51,12 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
     return jiwer.wer([norm(refs[k]) for k in keys], [norm(hyps[k]) for k in keys])
 
 
-def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None) -> dict:
+def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str) -> dict:
     decode = DecodeOptions(temperatures=(0.0,))
+    attention, cross_kv = config.split(":")
     t0 = time.perf_counter()
-    transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=decode)
+    transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=decode,
+                              attention=attention, cross_kv=cross_kv)  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))])  # builds the engine and its graphs
     load_s = time.perf_counter() - t0
     engine = next(iter(transcriber._engines.values()))
@@ -72,9 +74,11 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
             for line in shard.read_text().splitlines():
                 rec = json.loads(line)
                 hyps[rec["id"]] = rec.get("text", "")
-    print("engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()})
-    return {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps,
-            "slots": transcriber.n_slots, "memory": common.peak_gib()}  # fmt: skip
+    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()})
+    result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
+              "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
+    transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
+    return result
 
 
 def peer(parquet: Path, folder: str, batch: int) -> dict:
@@ -116,14 +120,20 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=None)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
+    ap.add_argument("--configs", nargs="*", default=["auto:auto"],
+                    help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "w1.parquet"
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
-        ours_r = ours(data, args.model, args.dtype, args.slots, args.workers)
-        first = {k.split("~")[0]: v for k, v in ours_r["hyps"].items() if k.endswith("~0")}
-        ours_wer = wer(refs, first)
+        results = []
+        for config in args.configs:
+            r = ours(data, args.model, args.dtype, args.slots, args.workers, config)
+            r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
+            results.append(r)
+            common.sync()
+            torch.cuda.empty_cache() if torch.cuda.is_available() else None
         peers = []
         if torch.cuda.is_available():
             from batchscribe.model.loading import resolve_model
@@ -133,24 +143,27 @@ def main() -> None:
                 p = peer(data, folder, b)
                 p["wer"] = wer(refs, {k.split("~")[0]: v for k, v in p["hyps"].items() if k.endswith("~0")})
                 peers.append(p)
-    rtfx = audio_s / ours_r["seconds"]
     print(f"\nW1 {args.model}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, commit {common.commit()}")
-    print(f"{'system':<30}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")
-    print(f"{'batchscribe (' + str(ours_r['slots']) + ' slots)':<30}{ours_r['seconds']:>10.2f}{rtfx:>10.0f}{100 * ours_wer:>8.2f}")
+    print(f"{'system':<52}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")
+    for r in results:
+        name = f"batchscribe {r['attention']} ({r['slots']} slots)"
+        print(f"{name:<52}{r['seconds']:>10.2f}{audio_s / r['seconds']:>10.0f}{100 * r['wer']:>8.2f}")
     for p in peers:
-        print(f"{'transformers bs ' + str(p['batch']):<30}{p['seconds']:>10.2f}{audio_s / p['seconds']:>10.0f}{100 * p['wer']:>8.2f}")
-    print(f"model load + capture {ours_r['load_s']:.1f} s (capture {ours_r['capture_s']:.1f} s), peak {ours_r['memory']}")
+        print(f"{'transformers bs ' + str(p['batch']):<52}{p['seconds']:>10.2f}{audio_s / p['seconds']:>10.0f}{100 * p['wer']:>8.2f}")
+    for r in results:
+        print(f"{r['attention']}: model load + capture {r['load_s']:.1f} s (capture {r['capture_s']:.1f} s), peak {r['memory']}")
     if peers and not args.no_append:
         best = max(peers, key=lambda p: audio_s / p["seconds"])
-        ratio = best["seconds"] / ours_r["seconds"]
-        print(f"ratio vs best transformers batch: {ratio:.1f}x")
-        common.append_result({
-            "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records",
-            "ours": f"RTFx {rtfx:.0f} ({ours_r['slots']} slots)",
-            "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
-            "ratio": f"{ratio:.1f}x", "wer": f"{100 * ours_wer:.2f} / {100 * best['wer']:.2f} %",
-            "memory": ours_r["memory"], "capture": f"{ours_r['capture_s']:.1f} s",
-        })  # fmt: skip
+        for r in results:
+            ratio = best["seconds"] / r["seconds"]
+            print(f"{r['attention']}: ratio vs best transformers batch: {ratio:.1f}x")
+            common.append_result({
+                "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records, attention {r['attention']}",
+                "ours": f"RTFx {audio_s / r['seconds']:.0f} ({r['slots']} slots)",
+                "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
+                "ratio": f"{ratio:.1f}x", "wer": f"{100 * r['wer']:.2f} / {100 * best['wer']:.2f} %",
+                "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
+            })  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch
 
 import common
 from batchscribe.config import DecodeOptions
+from batchscribe.engine.decoding import AttentionKinds
 from batchscribe.engine.engine import Engine
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.tokenizer import Tokenizer
@@ -54,7 +55,7 @@ def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
     return tok
 
 
-def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype) -> dict:
+def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention: AttentionKinds) -> dict:
     dims = ModelDims.from_hf_config(LARGE_V3)
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -68,7 +69,7 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype) -> dict:
         compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
     )  # fmt: skip
     t0 = time.perf_counter()
-    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots)
+    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots, attention=attention)
     capture = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
@@ -83,6 +84,8 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype) -> dict:
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
     assert len(records) == windows
+    del engine, model
+    torch.cuda.empty_cache()
     return {"windows_per_s": windows / seconds, "seconds": seconds, "capture_s": capture,
             "tokens_per_window": float(np.mean([len(s["tokens"]) for r in records for s in r["segments"]])),
             "text_tokens": float(np.mean(n_tokens)), "memory": common.peak_gib(), "slots": slots,
@@ -161,45 +164,54 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=0, help="0: as many as fit in 60%% of free memory (max 256)")
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--peer-windows", type=int, default=256)
+    ap.add_argument("--configs", nargs="*", default=["flashinfer:fp8"],
+                    help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     dtype = torch.bfloat16
     dims = ModelDims.from_hf_config(LARGE_V3)
-    slots = args.slots
-    if not slots:
-        from batchscribe.engine.graphs import slots_for_memory
-
-        free, _ = torch.cuda.mem_get_info()
-        slots = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype), cap=256)
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
-    ours_r = ours(tok, args.windows, slots, dtype)
-    print(f"batchscribe: {ours_r}", flush=True)
-    torch.cuda.empty_cache()
+    results = []
+    for config in args.configs:
+        attention, cross_kv = config.split(":")
+        kinds = AttentionKinds.resolve(attention, cross_kv, torch.device("cuda"), dtype)
+        slots = args.slots
+        if not slots:
+            from batchscribe.engine.graphs import slots_for_memory
+
+            free, _ = torch.cuda.mem_get_info()
+            slots = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype, kinds.cross_dtype), cap=256)
+        r = ours(tok, args.windows, slots, dtype, kinds)
+        r["config"] = config
+        print(f"batchscribe {config}: {r}", flush=True)
+        results.append(r)
     peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]
     best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
     print(f"\nW2 large-v3 random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
-    print(f"{'system':<36}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
-    print(f"{'batchscribe (' + str(slots) + ' slots)':<36}{ours_r['windows_per_s']:>12.1f}"
-          f"{ours_r['windows_per_s'] * TOKENS:>12.0f}{ours_r['memory']:>12}")  # fmt: skip
+    print(f"{'system':<44}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
+    for r in results:
+        print(f"{'batchscribe ' + r['config'] + ' (' + str(r['slots']) + ' slots)':<44}{r['windows_per_s']:>12.1f}"
+              f"{r['windows_per_s'] * TOKENS:>12.0f}{r['memory']:>12}")  # fmt: skip
     for p in peers:
-        print(f"{p['name']:<36}{p['windows_per_s']:>12.1f}"
+        print(f"{p['name']:<44}{p['windows_per_s']:>12.1f}"
               f"{p['windows_per_s'] * TOKENS:>12.0f}{p['memory']:>12}")  # fmt: skip
-    print(f"capture {ours_r['capture_s']:.1f} s; tokens per window {ours_r['tokens_per_window']:.1f}")
-    print(f"encoder {ours_r['encoder_ms_per_window']:.2f} ms/window; decode step at {slots} rows by kv length (ms): "
-          + ", ".join(f"{k}: {v:.2f}" for k, v in ours_r["step_ms_full_bucket"].items()))  # fmt: skip
-    if best:
-        ratio = ours_r["windows_per_s"] / best["windows_per_s"]
-        print(f"ratio vs best transformers batch: {ratio:.2f}x")
-        if not args.no_append:
-            common.append_result({
-                "workload": "W2 large-v3 random bf16, 128 tok/window",
-                "ours": f"{ours_r['windows_per_s']:.1f} windows/s ({slots} slots)",
-                "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
-                "ratio": f"{ratio:.2f}x", "memory": ours_r["memory"], "capture": f"{ours_r['capture_s']:.1f} s",
-                "notes": f"{args.windows} windows; encoder {ours_r['encoder_ms_per_window']:.2f} ms/window, "
-                f"step {max(ours_r['step_ms_full_bucket'].values()):.1f} ms at {slots} rows kv 448",
-            })  # fmt: skip
+    for r in results:
+        print(f"{r['config']}: capture {r['capture_s']:.1f} s; tokens per window {r['tokens_per_window']:.1f}; "
+              f"encoder {r['encoder_ms_per_window']:.2f} ms/window; decode step at {r['slots']} rows by kv length (ms): "
+              + ", ".join(f"{k}: {v:.2f}" for k, v in r["step_ms_full_bucket"].items()))  # fmt: skip
+        if best:
+            ratio = r["windows_per_s"] / best["windows_per_s"]
+            print(f"{r['config']}: ratio vs best transformers batch: {ratio:.2f}x")
+            if not args.no_append:
+                common.append_result({
+                    "workload": f"W2 large-v3 random bf16, 128 tok/window, attention:cross_kv {r['config']}",
+                    "ours": f"{r['windows_per_s']:.1f} windows/s ({r['slots']} slots)",
+                    "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
+                    "ratio": f"{ratio:.2f}x", "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
+                    "notes": f"{args.windows} windows; encoder {r['encoder_ms_per_window']:.2f} ms/window, "
+                    f"step {max(r['step_ms_full_bucket'].values()):.1f} ms at {r['slots']} rows kv 448",
+                })  # fmt: skip
 
 
 if __name__ == "__main__":

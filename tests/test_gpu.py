@@ -26,14 +26,30 @@ def _tokens(records: list[dict]) -> dict[str, list[int]]:
     return {r["id"]: [t for s in r["segments"] for t in s["tokens"]] for r in records}
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32"])
-def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype) -> None:
+def _has_flashinfer() -> bool:
+    from batchscribe.model.flashinfer_backend import flashinfer_available
+
+    return flashinfer_available()
+
+
+needs_flashinfer = pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python (the gpu extra)")
+
+ATTENTION = [
+    ("float16", "sdpa", "auto"),
+    ("float32", "sdpa", "auto"),
+    pytest.param("float16", "flashinfer", "auto", marks=needs_flashinfer),
+    pytest.param("bfloat16", "flashinfer", "fp8", marks=needs_flashinfer),
+]
+
+
+@pytest.mark.parametrize("dtype,attention,cross_kv", ATTENTION)
+def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, attention, cross_kv) -> None:
     from batchscribe.api import Transcriber
 
-    # Greedy only: sampled fallback windows draw from the RNG a different number of times.
+    kw = dict(device="cuda", dtype=dtype, temperatures=(0.0,), attention=attention, cross_kv=cross_kv)
     for slots in (1, 3, 8, 32):
-        eager = Transcriber(str(tiny_en_dir), device="cuda", dtype=dtype, batch_size=slots, cuda_graphs=False, temperatures=(0.0,))
-        graphed = Transcriber(str(tiny_en_dir), device="cuda", dtype=dtype, batch_size=slots, cuda_graphs=True, temperatures=(0.0,))
+        eager = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=False, **kw)
+        graphed = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=True, **kw)
         items = utterances[: max(4, 2 * slots)]
         a, b = _tokens(eager.transcribe(items)), _tokens(graphed.transcribe(items))
         assert a == b, f"slots={slots}"
@@ -100,3 +116,71 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
     assert eager == graphed
     runner = next(iter(graphed_t._engines.values())).graphs
     assert any(sample for (_, _, sample) in runner.graphs)
+
+
+@needs_flashinfer
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])
+def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
+    """FlashInfer's ragged self-attention and paged cross-attention (model dtype and fp8) equal the
+    SDPA reference over the same static caches, inside and outside a CUDA graph."""
+    from batchscribe.model.attention import SdpaBackend
+    from batchscribe.model.dims import ModelDims
+    from batchscribe.model.flashinfer_backend import FlashInferBackend
+    from batchscribe.model.whisper import DecoderCache
+
+    dims = ModelDims.from_hf_config(dict(vocab_size=100, num_mel_bins=80, d_model=64 * n_head, encoder_layers=1,
+                                         decoder_layers=1, encoder_attention_heads=n_head,
+                                         decoder_attention_heads=n_head, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                                         max_source_positions=1500, max_target_positions=448))  # fmt: skip
+    torch.manual_seed(n_rows)
+    for cross_dtype in (None, torch.float8_e4m3fn):
+        cache = DecoderCache.allocate(dims, n_rows, "cuda", dtype, cross_dtype)
+        for t in (cache.self_k[0], cache.self_v[0], cache.cross_k[0], cache.cross_v[0]):
+            t.copy_(torch.randn(t.shape, device="cuda").to(t.dtype))
+        q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
+        positions = torch.randint(0, 448, (n_rows,), device="cuda")
+        positions[0] = 0  # a row that sees only its own token
+        fi, ref = FlashInferBackend(cache, dtype), SdpaBackend()
+        fi.prepare(n_rows)
+        out_self = torch.empty_like(q)
+        out_cross = torch.empty_like(q)
+
+        def step() -> None:
+            fi.begin_step(positions, None)
+            out_self.copy_(fi.self_attention(q, cache.self_k[0], cache.self_v[0], None, positions, None))
+            out_cross.copy_(fi.cross_attention(q, cache.cross_k[0], cache.cross_v[0], None))
+
+        want_self = ref.self_attention(q, cache.self_k[0], cache.self_v[0], None, positions, None).float()
+        want_cross = ref.cross_attention(q, cache.cross_k[0], cache.cross_v[0], None).float()
+        step()  # eager
+        torch.testing.assert_close(out_self.float(), want_self, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            step()
+        torch.cuda.current_stream().wait_stream(stream)
+        with torch.cuda.graph(graph):
+            step()
+        positions.copy_(torch.randint(0, 448, (n_rows,), device="cuda"))  # new lengths, same graph
+        graph.replay()
+        want_self = ref.self_attention(q, cache.self_k[0], cache.self_v[0], None, positions, None).float()
+        torch.testing.assert_close(out_self.float(), want_self, atol=2e-2, rtol=2e-2)
+        torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
+
+
+@needs_flashinfer
+def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> None:
+    """The whole engine on FlashInfer (graphs) against SDPA, fp16, real tiny.en: the same tokens on
+    nearly every utterance (fp16 kernels sum in different orders, so rare near-ties may flip)."""
+    from batchscribe.api import Transcriber
+
+    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
+    sdpa = _tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
+    flash_t = Transcriber(str(tiny_en_dir), attention="flashinfer", **kw)
+    flash = _tokens(flash_t.transcribe(utterances))
+    assert flash_t.model_info.attention == "flashinfer/flashinfer/float16"
+    same = sum(sdpa[k] == flash[k] for k in sdpa)
+    assert same >= len(utterances) - 2, same

@@ -20,6 +20,7 @@ import torch
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
+from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache, Whisper
 
 LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
@@ -49,6 +50,54 @@ class WindowResult:
 
 
 @dataclass(frozen=True)
+class AttentionKinds:
+    """Which kernels run each attention kind, and the cross-attention cache's dtype."""
+
+    self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
+    cross_attention: str = "sdpa"
+    cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
+
+    def __post_init__(self) -> None:
+        for kind in (self.self_attention, self.cross_attention):
+            if kind not in ("sdpa", "flashinfer"):
+                raise ValueError(f"attention kernel {kind!r} is unknown; use 'sdpa' or 'flashinfer'")
+
+    @classmethod
+    def resolve(cls, attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> "AttentionKinds":
+        """EngineOptions' names -> kernels. "auto": FlashInfer for both kinds on CUDA in fp16/bf16
+        when it is installed (measured on the H200: ragged self-attention 2.2x faster than masked
+        SDPA, cross-attention equal, and only FlashInfer reads an fp8 cache without upcasting it),
+        else SDPA (the CPU path, float32, or no flashinfer-python)."""
+        if attention not in ("auto", "sdpa", "flashinfer"):
+            raise ValueError(f"attention={attention!r}; use 'auto', 'sdpa' or 'flashinfer'")
+        if cross_kv not in ("auto", "fp8"):
+            raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")
+        half = dtype in (torch.float16, torch.bfloat16)
+        if attention == "auto":
+            from batchscribe.model.flashinfer_backend import flashinfer_available
+
+            attention = "flashinfer" if device.type == "cuda" and half and flashinfer_available() else "sdpa"
+        if attention == "flashinfer" and not half:
+            raise ValueError(f"attention='flashinfer' runs in float16 or bfloat16, not {dtype}; "
+                             "pick one of those dtypes or attention='sdpa'")  # fmt: skip
+        cross_dtype = torch.float8_e4m3fn if cross_kv == "fp8" else None
+        return cls(attention, attention, cross_dtype)
+
+    @property
+    def uses_flashinfer(self) -> bool:
+        return "flashinfer" in (self.self_attention, self.cross_attention)
+
+    def backend(self, cache: DecoderCache, q_dtype: torch.dtype) -> AttentionBackend:
+        if not self.uses_flashinfer:
+            return SdpaBackend()
+        from batchscribe.model.flashinfer_backend import FlashInferBackend
+
+        return FlashInferBackend(
+            cache, q_dtype, use_self=self.self_attention == "flashinfer", use_cross=self.cross_attention == "flashinfer"
+        )
+
+
+@dataclass(frozen=True)
 class DecoderSpec:
     """Static facts the decoder needs; built once from the tokenizer and options."""
 
@@ -68,6 +117,7 @@ class SlotDecoder:
         n_slots: int,
         device: torch.device,
         kv_buckets: Sequence[int] = (),  # self-attention lengths steps may use; () = exact
+        attention: AttentionKinds = AttentionKinds(),
     ):
         dims = model.dims
         self.model, self.spec, self.device = model, spec, device
@@ -75,7 +125,9 @@ class SlotDecoder:
         self.kv_buckets = sorted(kv_buckets)
         dtype = next(model.parameters()).dtype
         self.dtype = dtype
-        self.cache = DecoderCache.allocate(dims, n_slots, device, dtype)
+        self.attention = attention
+        self.cache = DecoderCache.allocate(dims, n_slots, device, dtype, attention.cross_dtype)
+        self.backend = attention.backend(self.cache, dtype)
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
@@ -191,7 +243,7 @@ class SlotDecoder:
         tokens, positions = self.tokens[rows], self.positions[rows]
         running = self.running[rows]
         fed = tokens.gather(1, positions[:, None]).squeeze(1)  # [n]
-        logits = self.model.decode_step(self.cache, fed, positions, None, kv_len)  # [n, V]
+        logits = self.model.decode_step(self.cache, fed, positions, None, kv_len, self.backend)  # [n, V]
 
         # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask).
         at_sot = running & (positions == 0)

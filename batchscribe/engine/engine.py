@@ -20,7 +20,7 @@ import torch
 
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
-from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
+from batchscribe.engine.decoding import AttentionKinds, DecoderSpec, SlotDecoder, WindowRequest, WindowResult
 from batchscribe.engine.graphs import GraphRunner, default_buckets, default_kv_buckets
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
@@ -85,8 +85,10 @@ class Engine:
         device: torch.device,
         n_slots: int,
         cuda_graphs: bool = True,
+        attention: AttentionKinds = AttentionKinds(),
     ):
         self.tokenizer, self.options = tokenizer, options
+        self.attention = attention
         spec = decoder_spec(tokenizer, options, model_suppress, model.dims.n_text_ctx)
         # The host looks at finished flags every `check_every` steps: on the GPU each look is a
         # sync, so finished rows idle for a few inert steps instead.
@@ -114,9 +116,11 @@ class Engine:
     ) -> SlotDecoder:
         """Allocate the slots (and capture their graphs); out of memory, halve the slots and retry."""
         kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
+        if self.attention.self_attention == "flashinfer":
+            kv_buckets = (model.dims.n_text_ctx,)  # ragged lengths are native: one graph per bucket
         while True:
             try:
-                decoder = SlotDecoder(model, spec, n_slots, device, kv_buckets=kv_buckets)
+                decoder = SlotDecoder(model, spec, n_slots, device, kv_buckets=kv_buckets, attention=self.attention)
                 if device.type == "cuda" and cuda_graphs:
                     self.graphs = GraphRunner(decoder, default_buckets(n_slots))
                     self.graphs.capture(sample=False)

@@ -72,12 +72,14 @@ class GraphRunner:
         # Warm up outside capture (cuBLAS handles, lazy kernels), on a side stream as torch asks.
         stream = torch.cuda.Stream(dec.device)
         stream.wait_stream(torch.cuda.current_stream(dec.device))
+        dec.backend.prepare(self.buckets[-1])
         with torch.cuda.stream(stream):
             for _ in range(2):
                 dec._step(self.buckets[-1], self.kv_buckets[-1], sample)
         torch.cuda.current_stream(dec.device).wait_stream(stream)
         torch.cuda.synchronize(dec.device)
         for bucket in reversed(self.buckets):
+            dec.backend.prepare(bucket)  # e.g. FlashInfer's plan: host work, never inside a capture
             for kv_len in reversed(self.kv_buckets):
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool):

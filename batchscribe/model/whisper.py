@@ -115,26 +115,43 @@ class DecoderCache:
 
     @classmethod
     def allocate(
-        cls, dims: ModelDims, n_slots: int, device: torch.device | str, dtype: torch.dtype
+        cls,
+        dims: ModelDims,
+        n_slots: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        cross_dtype: torch.dtype | None = None,  # e.g. torch.float8_e4m3fn; None: dtype
     ) -> "DecoderCache":
         head_dim = dims.n_text_state // dims.n_text_head
         self_shape = (n_slots, dims.n_text_ctx, dims.n_text_head, head_dim)
         cross_shape = (n_slots, dims.n_audio_ctx, dims.n_text_head, head_dim)
 
-        def make(shape: tuple[int, ...]) -> list[torch.Tensor]:
-            return [torch.zeros(shape, device=device, dtype=dtype) for _ in range(dims.n_text_layer)]
+        def make(shape: tuple[int, ...], kind: torch.dtype) -> list[torch.Tensor]:
+            return [torch.zeros(shape, device=device, dtype=kind) for _ in range(dims.n_text_layer)]
 
-        return cls(make(self_shape), make(self_shape), make(cross_shape), make(cross_shape))
+        cross = cross_dtype or dtype
+        return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross))
 
     @property
     def n_slots(self) -> int:
         return self.self_k[0].shape[0]
 
     @staticmethod
-    def bytes_per_slot(dims: ModelDims, dtype: torch.dtype) -> int:
-        elem = torch.empty((), dtype=dtype).element_size()
-        per_layer = 2 * (dims.n_text_ctx + dims.n_audio_ctx) * dims.n_text_state
-        return per_layer * dims.n_text_layer * elem
+    def bytes_per_slot(dims: ModelDims, dtype: torch.dtype, cross_dtype: torch.dtype | None = None) -> int:
+        def size(kind: torch.dtype) -> int:
+            return torch.empty((), dtype=kind).element_size()
+
+        per_layer = 2 * dims.n_text_state * (dims.n_text_ctx * size(dtype) + dims.n_audio_ctx * size(cross_dtype or dtype))
+        return per_layer * dims.n_text_layer
+
+
+def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Cast projected K/V to the cache's dtype. fp8 (e4m3) has no infinity: values beyond its
+    range would become NaN, so they saturate instead (scale 1.0, as vLLM's uncalibrated fp8 cache)."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        limit = torch.finfo(dtype).max
+        x = x.clamp(-limit, limit)
+    return x.to(dtype)
 
 
 class Whisper(nn.Module):
@@ -154,8 +171,8 @@ class Whisper(nn.Module):
         """Project encoder output into each layer's cross K/V once per window."""
         for i, layer in enumerate(self.decoder.layers):
             attn = layer.encoder_attn
-            cache.cross_k[i][slots] = attn.heads(attn.k_proj(enc)).to(cache.cross_k[i].dtype)
-            cache.cross_v[i][slots] = attn.heads(attn.v_proj(enc)).to(cache.cross_v[i].dtype)
+            cache.cross_k[i][slots] = to_cache_dtype(attn.heads(attn.k_proj(enc)), cache.cross_k[i].dtype)
+            cache.cross_v[i][slots] = to_cache_dtype(attn.heads(attn.v_proj(enc)), cache.cross_v[i].dtype)
 
     @torch.no_grad()
     def decode_step(
@@ -171,6 +188,7 @@ class Whisper(nn.Module):
         dec = self.decoder
         x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
         index = (torch.arange(tokens.shape[0], device=tokens.device) if slots is None else slots, positions)
+        backend.begin_step(positions, slots)
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
             h = layer.self_attn_layer_norm(x)

@@ -1,0 +1,129 @@
+"""FlashInfer's batch-decode kernels over the decoder's static caches (CUDA only; `gpu` extra).
+
+The caches are already in FlashInfer's paged NHD layout. Self-attention K/V `[n_slots, n_text_ctx,
+n_head, head_dim]` is one page of n_text_ctx positions per slot, so each row attends over exactly its
+own length instead of a masked padded length. Cross-attention K/V `[n_slots, 1500, n_head, head_dim]`
+is viewed as 1500 / CROSS_PAGE pages per slot, so a small bucket can split the 1500 frames over many
+SMs, and it may be stored in fp8 (FlashInfer reads e4m3 directly: half the bytes per step).
+
+Row i of a step is slot i (the engine steps rows [0, bucket)), so the page tables never change: each
+bucket's wrappers are planned once, outside any CUDA graph, and then captured. The only per-step input
+is each row's self-attention length, which `begin_step` writes on the device into the buffer the
+kernel reads. That is sound because FlashInfer's CUDA-core decode plan depends on the page counts per
+request (here always 1), not on the last page's length.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from batchscribe.model.attention import SdpaBackend
+from batchscribe.model.whisper import DecoderCache
+
+log = logging.getLogger(__name__)
+
+CROSS_PAGE = 250  # frames per cross-attention page; divides n_audio_ctx = 1500
+WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace (split-kv partials)
+
+
+class FlashInferUnavailable(RuntimeError):
+    """attention="flashinfer" was asked for where it cannot run."""
+
+
+def flashinfer_available() -> bool:
+    try:
+        importlib.import_module("flashinfer")
+    except Exception:  # ImportError, or a broken CUDA toolchain at import time
+        return False
+    return True
+
+
+@dataclass
+class _Planned:
+    wrapper: Any  # flashinfer.BatchDecodeWithPagedKVCacheWrapper, planned for a fixed batch
+    last_page_len: torch.Tensor  # [B] int32: the buffer its kernel reads for each row's length
+
+
+class FlashInferBackend:
+    """AttentionBackend on FlashInfer; `use_self` / `use_cross` pick it per attention kind (the other
+    kind runs on SDPA), so each kind can use whichever measured faster."""
+
+    def __init__(self, cache: DecoderCache, q_dtype: torch.dtype, use_self: bool = True, use_cross: bool = True):
+        try:
+            import flashinfer
+        except Exception as exc:
+            raise FlashInferUnavailable(
+                f"attention='flashinfer' needs the flashinfer-python package ({exc}); install "
+                "batchscribe[gpu] or use attention='sdpa'"
+            ) from exc
+        self._flashinfer = flashinfer
+        k = cache.self_k[0]
+        if k.device.type != "cuda":
+            raise FlashInferUnavailable(f"FlashInfer runs on CUDA; the cache is on {k.device}: use attention='sdpa'")
+        self.device = k.device
+        self.q_dtype = q_dtype
+        self.use_self, self.use_cross = use_self, use_cross
+        self.n_ctx, self.n_head, self.head_dim = k.shape[1], k.shape[2], k.shape[3]
+        self.n_audio_ctx = cache.cross_k[0].shape[1]
+        if self.n_audio_ctx % CROSS_PAGE:
+            raise ValueError(f"n_audio_ctx={self.n_audio_ctx} is not a multiple of CROSS_PAGE={CROSS_PAGE}")
+        self.self_dtype, self.cross_dtype = k.dtype, cache.cross_k[0].dtype
+        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
+        self._self: dict[int, _Planned] = {}
+        self._cross: dict[int, _Planned] = {}
+        self._sdpa = SdpaBackend()
+
+    # -- planning (outside graphs) -------------------------------------------------------------
+
+    def _plan(self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype) -> _Planned:
+        i32 = dict(dtype=torch.int32, device=self.device)
+        indptr = torch.arange(n_rows + 1, **i32) * pages_per_row  # [B + 1]
+        indices = torch.arange(n_rows * pages_per_row, **i32)  # row i owns pages of slot i
+        last = torch.full((n_rows,), page_size, **i32)  # [B]
+        wrapper = self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace,
+            "NHD",
+            use_cuda_graph=True,
+            paged_kv_indptr_buffer=indptr,
+            paged_kv_indices_buffer=indices,
+            paged_kv_last_page_len_buffer=last,
+        )
+        wrapper.plan(
+            indptr.clone(), indices.clone(), last.clone(), self.n_head, self.n_head, self.head_dim, page_size,
+            q_data_type=self.q_dtype, kv_data_type=kv_dtype,
+        )  # fmt: skip
+        return _Planned(wrapper, last)
+
+    def prepare(self, n_rows: int) -> None:
+        """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
+        if self.use_self and n_rows not in self._self:
+            self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
+        if self.use_cross and n_rows not in self._cross:
+            pages = self.n_audio_ctx // CROSS_PAGE
+            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype)
+
+    # -- the step (captured) -------------------------------------------------------------------
+
+    def begin_step(self, positions: torch.Tensor, slots: torch.Tensor | None) -> None:
+        if slots is not None:
+            raise ValueError("FlashInferBackend steps rows [0, B) as slots [0, B); slots must be None")
+        n_rows = positions.shape[0]
+        self.prepare(n_rows)  # a no-op once planned (the graph runner plans every bucket up front)
+        if self.use_self:
+            self._self[n_rows].last_page_len.copy_(positions + 1)  # attends to 0..position
+
+    def self_attention(self, q, k_cache, v_cache, slots, positions, kv_len):
+        if not self.use_self:
+            return self._sdpa.self_attention(q, k_cache, v_cache, slots, positions, kv_len)
+        return self._self[q.shape[0]].wrapper.run(q, (k_cache, v_cache))  # [B, n_head, head_dim]
+
+    def cross_attention(self, q, k_cache, v_cache, slots):
+        if not self.use_cross:
+            return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
+        paged = (-1, CROSS_PAGE, self.n_head, self.head_dim)  # a view: slot s owns pages s*6 .. s*6+5
+        return self._cross[q.shape[0]].wrapper.run(q, (k_cache.view(paged), v_cache.view(paged)))

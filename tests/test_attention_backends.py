@@ -1,0 +1,101 @@
+"""Attention backends and the fp8 cross-attention cache, on the CPU (FlashInfer itself: test_gpu.py)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+
+from batchscribe.engine.decoding import AttentionKinds
+from batchscribe.model.attention import SdpaBackend
+from batchscribe.model.dims import ModelDims
+from batchscribe.model.whisper import DecoderCache, Whisper, to_cache_dtype
+
+FP8 = torch.float8_e4m3fn
+
+
+def test_fp8_cast_saturates_instead_of_nan() -> None:
+    x = torch.tensor([1000.0, -1000.0, 3.0, 0.0, 1e-9])
+    y = to_cache_dtype(x, FP8).float()
+    assert torch.isfinite(y).all()
+    assert y[0] == 448 and y[1] == -448 and y[2] == 3.0 and y[3] == 0.0
+    assert torch.equal(to_cache_dtype(x, torch.float16), x.half())  # other dtypes: a plain cast
+
+
+def test_fp8_cross_cache_equals_sdpa_over_the_rounded_values() -> None:
+    """With an fp8 cross cache the decoder attends over exactly the fp8-rounded K/V (SDPA upcasts)."""
+    cfg = dict(vocab_size=300, num_mel_bins=80, d_model=64, encoder_layers=1, decoder_layers=2,
+               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+               max_source_positions=1500, max_target_positions=32)  # fmt: skip
+    dims = ModelDims.from_hf_config(cfg)
+    torch.manual_seed(0)
+    model = Whisper(dims).eval()
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.5)  # large values, so some K/V saturate or lose precision
+    enc = torch.randn(3, 1500, 64)
+    slots = torch.arange(3)
+    fp8 = DecoderCache.allocate(dims, 3, "cpu", torch.float32, cross_dtype=FP8)
+    ref = DecoderCache.allocate(dims, 3, "cpu", torch.float32)
+    model.write_cross_kv(fp8, enc, slots)
+    model.write_cross_kv(ref, enc, slots)
+    assert fp8.cross_k[0].dtype == FP8 and fp8.self_k[0].dtype == torch.float32
+    for i in range(dims.n_text_layer):  # the reference holds the same rounded values, in fp32
+        ref.cross_k[i].copy_(fp8.cross_k[i].float())
+        ref.cross_v[i].copy_(fp8.cross_v[i].float())
+    tokens, positions = torch.tensor([1, 2, 3]), torch.tensor([0, 0, 0])
+    got = model.decode_step(fp8, tokens, positions)
+    want = model.decode_step(ref, tokens, positions)
+    torch.testing.assert_close(got, want)
+    assert DecoderCache.bytes_per_slot(dims, torch.float32, FP8) < DecoderCache.bytes_per_slot(dims, torch.float32)
+
+
+def test_attention_kinds_resolve() -> None:
+    cpu = torch.device("cpu")
+    assert AttentionKinds.resolve("auto", "auto", cpu, torch.float32) == AttentionKinds("sdpa", "sdpa", None)
+    assert AttentionKinds.resolve("sdpa", "fp8", cpu, torch.float32).cross_dtype == FP8
+    with pytest.raises(ValueError, match="float16 or bfloat16"):
+        AttentionKinds.resolve("flashinfer", "auto", cpu, torch.float32)
+    with pytest.raises(ValueError, match="'sdpa' or 'flashinfer'"):
+        AttentionKinds("triton", "sdpa")
+    assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
+                                               torch.float32), SdpaBackend)  # fmt: skip
+
+
+def test_flashinfer_backend_refuses_the_cpu() -> None:
+    from batchscribe.model.flashinfer_backend import FlashInferBackend, FlashInferUnavailable
+
+    cache = DecoderCache.allocate(_tiny_dims(), 2, "cpu", torch.float16)
+    with pytest.raises(FlashInferUnavailable, match="sdpa"):
+        FlashInferBackend(cache, torch.float16)
+
+
+def test_fp8_cross_kv_keeps_real_transcripts(tiny_en_dir, shared_data) -> None:
+    """tiny.en with its cross K/V stored in fp8 transcribes real speech like the full-precision
+    cache (greedy, fp32 elsewhere): the same words on nearly every utterance, WER within 1 point."""
+    import jiwer
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    from batchscribe.api import Transcriber
+    from batchscribe.eval.normalize import get_normalizer
+
+    rows = pq.read_table(shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet").to_pylist()[:12]
+    items = [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
+    refs = [r["text"] for r in rows]
+    texts = {}
+    for cross_kv in ("auto", "fp8"):
+        t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=12, temperatures=(0.0,), cross_kv=cross_kv)
+        texts[cross_kv] = [r["text"] for r in t.transcribe(items)]
+    norm = get_normalizer("english")
+    same = sum(norm(a) == norm(b) for a, b in zip(texts["auto"], texts["fp8"]))
+    assert same >= len(items) - 2, (texts["auto"], texts["fp8"])
+    wer = {k: jiwer.wer([norm(r) for r in refs], [norm(h) for h in v]) for k, v in texts.items()}
+    assert abs(wer["fp8"] - wer["auto"]) <= 0.01, wer
+
+
+def _tiny_dims() -> ModelDims:
+    return ModelDims.from_hf_config(dict(vocab_size=100, num_mel_bins=80, d_model=32, encoder_layers=1,
+                                         decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                                         encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=1500,
+                                         max_target_positions=16))  # fmt: skip
