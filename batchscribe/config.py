@@ -64,7 +64,8 @@ class EngineOptions:
     dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
     batch_size: int | None = None  # decoder slots; None: 16 on the CPU, sized from memory on CUDA
     cuda_graphs: bool = True
-    attention: Literal["auto", "sdpa", "flashinfer"] = "auto"  # auto: FlashInfer on CUDA if installed
+    # Attention kernels: "auto", "sdpa", "flashinfer", or "SELF/CROSS" (e.g. "flashinfer/triton").
+    attention: str = "auto"
     # Cross-attention K/V storage: "auto" keeps the model's dtype; "fp8" (e4m3) halves the bytes each
     # decode step reads (the bulk of a large model's step) at a small accuracy cost.
     cross_kv: Literal["auto", "fp8"] = "auto"
@@ -74,8 +75,6 @@ class EngineOptions:
             raise ConfigError(f"batch_size={self.batch_size} must be >= 1")
         if self.dtype not in (None, "float32", "float16", "bfloat16"):
             raise ConfigError(f"dtype={self.dtype!r}; use float32, float16 or bfloat16")
-        if self.attention not in ("auto", "sdpa", "flashinfer"):
-            raise ConfigError(f"attention={self.attention!r}; use auto, sdpa or flashinfer")
         if self.cross_kv not in ("auto", "fp8"):
             raise ConfigError(f"cross_kv={self.cross_kv!r}; use auto or fp8")
 

@@ -56,8 +56,12 @@ def test_attention_kinds_resolve() -> None:
     assert AttentionKinds.resolve("sdpa", "fp8", cpu, torch.float32).cross_dtype == FP8
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         AttentionKinds.resolve("flashinfer", "auto", cpu, torch.float32)
-    with pytest.raises(ValueError, match="'sdpa' or 'flashinfer'"):
+    with pytest.raises(ValueError, match="unknown"):
         AttentionKinds("triton", "sdpa")
+    with pytest.raises(ValueError, match="SELF/CROSS"):
+        AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
+    assert AttentionKinds.resolve("flashinfer/triton", "fp8", cpu, torch.bfloat16) == AttentionKinds("flashinfer", "triton", FP8)
+    assert AttentionKinds.resolve("sdpa/flashinfer", "auto", cpu, torch.float16) == AttentionKinds("sdpa", "flashinfer")
     assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
                                                torch.float32), SdpaBackend)  # fmt: skip
 
