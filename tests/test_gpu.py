@@ -38,8 +38,8 @@ ATTENTION = [
     ("float16", "sdpa", "auto"),
     ("float32", "sdpa", "auto"),
     pytest.param("float16", "flashinfer", "auto", marks=needs_flashinfer),
-    pytest.param("float16", "flashinfer/triton", "auto", marks=needs_flashinfer),
-    pytest.param("bfloat16", "flashinfer/triton", "fp8", marks=needs_flashinfer),
+    pytest.param("float16", "flashinfer/flashinfer_tc", "auto", marks=needs_flashinfer),
+    pytest.param("bfloat16", "flashinfer/flashinfer_tc", "fp8", marks=needs_flashinfer),
 ]
 
 
@@ -122,7 +122,8 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
 @needs_flashinfer
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])
-def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
+@pytest.mark.parametrize("tensor_cores", [False, True])
+def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, tensor_cores) -> None:
     """FlashInfer's ragged self-attention and paged cross-attention (model dtype and fp8) equal the
     SDPA reference over the same static caches, inside and outside a CUDA graph."""
     from batchscribe.model.attention import SdpaBackend
@@ -142,7 +143,7 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
         q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
         positions = torch.randint(0, 448, (n_rows,), device="cuda")
         positions[0] = 0  # a row that sees only its own token
-        fi, ref = FlashInferBackend(cache, dtype), SdpaBackend()
+        fi, ref = FlashInferBackend(cache, dtype, cross_tensor_cores=tensor_cores), SdpaBackend()
         fi.prepare(n_rows)
         out_self = torch.empty_like(q)
         out_cross = torch.empty_like(q)
@@ -172,48 +173,6 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
         torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
 
 
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _has_triton(), reason="needs triton")
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 256)])
-def test_triton_cross_attention_matches_sdpa(dtype, n_head, n_rows) -> None:
-    """The Triton cross-attention kernel over model-dtype and fp8 caches equals SDPA over the same
-    values, eagerly and replayed in a CUDA graph; rows are slots of a larger cache."""
-    from batchscribe.model.attention import SdpaBackend
-    from batchscribe.model.triton_attention import TritonCrossBackend
-
-    torch.manual_seed(n_rows)
-    q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
-    for cache_dtype in (dtype, torch.float8_e4m3fn):
-        k = (torch.randn(n_rows + 3, 1500, n_head, 64, device="cuda") * 2).to(cache_dtype)
-        v = torch.randn(n_rows + 3, 1500, n_head, 64, device="cuda").to(cache_dtype)
-        want = SdpaBackend().cross_attention(q, k, v, None).float()
-        backend = TritonCrossBackend()
-        got = backend.cross_attention(q, k, v, None)
-        assert got.dtype == dtype and got.shape == q.shape
-        torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
-        out = torch.empty_like(q)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            out.copy_(backend.cross_attention(q, k, v, None))
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out.copy_(backend.cross_attention(q, k, v, None))
-        q.mul_(-1)  # new queries, same graph
-        graph.replay()
-        want = SdpaBackend().cross_attention(q, k, v, None).float()
-        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
-
-
 @needs_flashinfer
 def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> None:
     """The whole engine on FlashInfer (graphs) against SDPA, fp16, real tiny.en: the same tokens on
@@ -222,7 +181,7 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     sdpa = _tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
-    for attention in ("flashinfer", "flashinfer/triton"):
+    for attention in ("flashinfer", "flashinfer/flashinfer_tc"):
         flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
         flash = _tokens(flash_t.transcribe(utterances))
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"

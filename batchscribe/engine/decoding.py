@@ -20,7 +20,7 @@ import torch
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
-from batchscribe.model.attention import AttentionBackend, SdpaBackend, SplitBackend
+from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache, Whisper
 
 LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
@@ -49,7 +49,7 @@ class WindowResult:
     hit_eot: bool
 
 
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "triton")}
+KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_tc")}
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ class AttentionKinds:
     """Which kernels run each attention kind, and the cross-attention cache's dtype."""
 
     self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "triton"
+    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_tc" (its tensor-core kernels)
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
 
     def __post_init__(self) -> None:
@@ -68,19 +68,16 @@ class AttentionKinds:
     @classmethod
     def resolve(cls, attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> "AttentionKinds":
         """EngineOptions' names -> kernels. `attention` is "auto", one kernel for both kinds, or
-        "SELF/CROSS" (e.g. "flashinfer/triton"). "auto" on CUDA in fp16/bf16: FlashInfer for
-        self-attention when installed (ragged lengths: 2.2x faster than masked SDPA on the H200)
-        and the Triton kernel for cross-attention (it streams an fp8 or bf16 cache; measured in
-        docs/GPU_NOTES.md); SDPA everywhere else (the CPU path, float32)."""
+        "SELF/CROSS" (e.g. "flashinfer/flashinfer_tc"). "auto" on CUDA in fp16/bf16 with FlashInfer
+        installed: FlashInfer for both kinds (ragged self-attention 2.2x faster than masked SDPA on
+        the H200; figures per kind in docs/GPU_NOTES.md); SDPA everywhere else (CPU, float32)."""
         if cross_kv not in ("auto", "fp8"):
             raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")
         half = dtype in (torch.float16, torch.bfloat16)
         if attention == "auto":
             from batchscribe.model.flashinfer_backend import flashinfer_available
 
-            gpu = device.type == "cuda" and half
-            self_kind = "flashinfer" if gpu and flashinfer_available() else "sdpa"
-            cross_kind = "triton" if gpu else "sdpa"
+            self_kind = cross_kind = "flashinfer" if device.type == "cuda" and half and flashinfer_available() else "sdpa"
         else:
             self_kind, _, cross_kind = attention.partition("/")
             cross_kind = cross_kind or self_kind
@@ -95,20 +92,16 @@ class AttentionKinds:
 
     @property
     def uses_flashinfer(self) -> bool:
-        return "flashinfer" in (self.self_attention, self.cross_attention)
+        return self.self_attention != "sdpa" or self.cross_attention != "sdpa"
 
     def backend(self, cache: DecoderCache, q_dtype: torch.dtype) -> AttentionBackend:
-        main: AttentionBackend = SdpaBackend()
-        if self.uses_flashinfer:
-            from batchscribe.model.flashinfer_backend import FlashInferBackend
+        if not self.uses_flashinfer:
+            return SdpaBackend()
+        from batchscribe.model.flashinfer_backend import FlashInferBackend
 
-            main = FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
-                                     use_cross=self.cross_attention == "flashinfer")  # fmt: skip
-        if self.cross_attention == "triton":
-            from batchscribe.model.triton_attention import TritonCrossBackend
-
-            return SplitBackend(main, TritonCrossBackend())
-        return main
+        return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
+                                 use_cross=self.cross_attention != "sdpa",
+                                 cross_tensor_cores=self.cross_attention == "flashinfer_tc")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -90,23 +90,3 @@ class SdpaBackend:
         v = _as(_rows(v_cache, slots, n_rows, length), q)
         return F.scaled_dot_product_attention(q.unsqueeze(2), k, v).squeeze(2)
 
-
-class SplitBackend:
-    """Self-attention from one backend, cross-attention from another (each kind picked by measurement)."""
-
-    def __init__(self, self_backend: AttentionBackend, cross_backend: AttentionBackend):
-        self.self_backend, self.cross_backend = self_backend, cross_backend
-
-    def prepare(self, n_rows):
-        self.self_backend.prepare(n_rows)
-        self.cross_backend.prepare(n_rows)
-
-    def begin_step(self, positions, slots):
-        self.self_backend.begin_step(positions, slots)
-        self.cross_backend.begin_step(positions, slots)
-
-    def self_attention(self, q, k_cache, v_cache, slots, positions, kv_len):
-        return self.self_backend.self_attention(q, k_cache, v_cache, slots, positions, kv_len)
-
-    def cross_attention(self, q, k_cache, v_cache, slots):
-        return self.cross_backend.cross_attention(q, k_cache, v_cache, slots)

@@ -53,7 +53,14 @@ class FlashInferBackend:
     """AttentionBackend on FlashInfer; `use_self` / `use_cross` pick it per attention kind (the other
     kind runs on SDPA), so each kind can use whichever measured faster."""
 
-    def __init__(self, cache: DecoderCache, q_dtype: torch.dtype, use_self: bool = True, use_cross: bool = True):
+    def __init__(
+        self,
+        cache: DecoderCache,
+        q_dtype: torch.dtype,
+        use_self: bool = True,
+        use_cross: bool = True,
+        cross_tensor_cores: bool = False,  # FlashInfer's tensor-core (prefill) kernels for cross
+    ):
         try:
             import flashinfer
         except Exception as exc:
@@ -67,7 +74,7 @@ class FlashInferBackend:
             raise FlashInferUnavailable(f"FlashInfer runs on CUDA; the cache is on {k.device}: use attention='sdpa'")
         self.device = k.device
         self.q_dtype = q_dtype
-        self.use_self, self.use_cross = use_self, use_cross
+        self.use_self, self.use_cross, self.cross_tensor_cores = use_self, use_cross, cross_tensor_cores
         self.n_ctx, self.n_head, self.head_dim = k.shape[1], k.shape[2], k.shape[3]
         self.n_audio_ctx = cache.cross_k[0].shape[1]
         if self.n_audio_ctx % CROSS_PAGE:
@@ -80,7 +87,9 @@ class FlashInferBackend:
 
     # -- planning (outside graphs) -------------------------------------------------------------
 
-    def _plan(self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype) -> _Planned:
+    def _plan(
+        self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype, tensor_cores: bool = False
+    ) -> _Planned:
         i32 = dict(dtype=torch.int32, device=self.device)
         indptr = torch.arange(n_rows + 1, **i32) * pages_per_row  # [B + 1]
         indices = torch.arange(n_rows * pages_per_row, **i32)  # row i owns pages of slot i
@@ -92,6 +101,9 @@ class FlashInferBackend:
             paged_kv_indptr_buffer=indptr,
             paged_kv_indices_buffer=indices,
             paged_kv_last_page_len_buffer=last,
+            # The tensor-core path's plan reads every row's length: only for fixed (cross) lengths.
+            use_tensor_cores=tensor_cores,
+            backend="fa2" if tensor_cores else "auto",
         )
         wrapper.plan(
             indptr.clone(), indices.clone(), last.clone(), self.n_head, self.n_head, self.head_dim, page_size,
@@ -105,7 +117,7 @@ class FlashInferBackend:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
         if self.use_cross and n_rows not in self._cross:
             pages = self.n_audio_ctx // CROSS_PAGE
-            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype)
+            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype, self.cross_tensor_cores)
 
     # -- the step (captured) -------------------------------------------------------------------
 
