@@ -6,11 +6,19 @@ feeds every row in [0, n_rows) the token at its position; forced prompt tokens, 
 the OpenAI logit rules, sampling, log-prob sums and end-of-text flags are all tensor operations, so
 the same step runs eagerly on the CPU and, in the GPU engine, inside a CUDA graph. Rows that are
 free or finished are inert: they neither move nor change their results.
+
+The host never stops the device to look at it. Admission packs a group's audio and per-slot state
+into one of two alternating host buffers (pinned on CUDA) and sends each with one asynchronous
+copy; padding and the slot set-up are a few vectorised device ops. Collection works on snapshots:
+`snapshot()` queues a copy of the state the host reads into a host buffer and records an event,
+and `finished(wait_snapshot())` later turns that copy's finished rows into results. A slot freed
+and re-admitted after a snapshot was queued is not read from it (per-slot admission generations).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,6 +32,11 @@ from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache, Whisper
 
 LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
+
+# Columns of an admission pack (int64, one row per admitted window); the prompt row follows them.
+_A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_PROMPT = range(7)
+# Columns of a snapshot (int32, one row per slot); the slot's token buffer follows them.
+_S_RUNNING, _S_HIT_EOT, _S_POSITION, _S_BEGIN, _S_TOKENS = range(5)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,36 @@ class DecoderSpec:
     sample_len: int
 
 
+@dataclass
+class _Staging:
+    """One of two alternating host buffers for admissions (pinned on CUDA)."""
+
+    audio: torch.Tensor  # [n_slots * N_SAMPLES] float32: the group's real samples, concatenated
+    ints: torch.Tensor  # [n_slots, _A_PROMPT + n_text_ctx] int64: _A_* columns, then the prompt row
+    floats: torch.Tensor  # [n_slots] float32: temperature
+    copied: torch.cuda.Event | None  # recorded after the last copy out of these buffers (CUDA)
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """An admission group on the device, made from one _Staging."""
+
+    audio: torch.Tensor  # [G, N_SAMPLES] float32, zero-padded
+    ints: torch.Tensor  # [G, _A_PROMPT + n_text_ctx] int64
+    floats: torch.Tensor  # [G] float32
+
+
+@dataclass
+class Snapshot:
+    """A copy of the per-slot state the host reads, taken after some steps (host buffers)."""
+
+    ints: torch.Tensor  # [n_slots, _S_TOKENS + n_text_ctx] int32: _S_* columns, then the tokens
+    floats: torch.Tensor  # [n_slots, 2] float32: sum_logprob, no_speech_prob
+    ready: torch.cuda.Event | None  # recorded after the copy (CUDA); None on the CPU: copied at once
+    n_rows: int = 0  # rows [0, n_rows) were copied: every slot occupied when it was taken
+    generation: np.ndarray | None = None  # [n_slots] each slot's admission count when it was taken
+
+
 class SlotDecoder:
     """Owns the model, the static cache and all per-slot state tensors on one device."""
 
@@ -139,9 +182,16 @@ class SlotDecoder:
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
         self.runner = None  # a GraphRunner, set by the engine on CUDA
-        # Host staging for admitted audio, allocated once (pinned allocations are slow).
-        self.staging = torch.zeros(n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=device.type == "cuda")
-        self._staged: torch.cuda.Event | None = None  # the last copy out of `staging`
+        # Host buffers, allocated once (pinned allocations are slow): two for admissions, so an
+        # admission waits only for the copy of the admission before last; snapshots on demand.
+        self._pinned = device.type == "cuda"
+        self._staging = [self._new_staging() for _ in range(2)]
+        self._staging_turn = 0
+        self._pending: deque[Snapshot] = deque()  # queued snapshots, oldest first
+        self._spare: list[Snapshot] = []  # processed snapshots whose buffers can be reused
+        if self._pinned:  # snapshots are packed on the device, then copied out in one piece each
+            self._snap_ints = torch.zeros(n_slots, _S_TOKENS + self.n_ctx, dtype=torch.int32, device=device)
+            self._snap_floats = torch.zeros(n_slots, 2, dtype=torch.float32, device=device)
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -163,6 +213,7 @@ class SlotDecoder:
         self.keys: list[int | None] = [None] * n_slots
         self.temperatures: list[float] = [0.0] * n_slots
         self.host_positions = np.zeros(n_slots, dtype=np.int64)
+        self.generation = np.zeros(n_slots, dtype=np.int64)  # admissions per slot: stale-snapshot guard
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -172,53 +223,84 @@ class SlotDecoder:
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
         """Encode a group of windows together and set up their slots."""
-        mel = self.features(self._stage_audio(requests))  # [G, n_mels, 3000]
+        staged = self._stage(requests, slots)
+        mel = self.features(staged.audio)  # [G, n_mels, 3000]
         enc = self.model.encoder(mel.to(self.dtype))  # [G, 1500, n_state]
-        slot_ids = torch.tensor(slots, device=self.device)
+        slot_ids = staged.ints[:, _A_SLOT]  # [G] on the device
         self.model.write_cross_kv(self.cache, enc, slot_ids)
+        self._set_up_slots(slot_ids, staged.ints, staged.floats)
+        # The host mirror changes last: an out-of-memory error above leaves the slots free.
+        for req, slot in zip(requests, slots):
+            self.keys[slot] = req.key
+            self.temperatures[slot] = req.temperature
+        self.host_positions[slots] = 0
+        self.generation[slots] += 1
 
-        prompts = torch.zeros(len(requests), self.n_ctx, dtype=torch.long)
-        begin, detect, temps, keys = [], [], [], []
+    def _new_staging(self) -> _Staging:
+        pin = self._pinned
+        return _Staging(
+            audio=torch.empty(self.n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=pin),
+            ints=torch.zeros(self.n_slots, _A_PROMPT + self.n_ctx, dtype=torch.long, pin_memory=pin),
+            floats=torch.zeros(self.n_slots, dtype=torch.float32, pin_memory=pin),
+            copied=torch.cuda.Event() if pin else None,
+        )
+
+    def _stage(self, requests: list[WindowRequest], slots: list[int]) -> _Staged:
+        """Pack the group on the host, send each buffer with one copy, pad the audio on the device.
+
+        Only the real samples cross to the device; zero padding is made there.
+        """
+        buf = self._staging[self._staging_turn]
+        self._staging_turn ^= 1
+        if buf.copied is not None:
+            buf.copied.synchronize()  # NOTE: the copy out of this buffer two admissions ago must be done
+        g = len(requests)
+        lengths = np.array([min(len(r.audio), N_SAMPLES) for r in requests], dtype=np.int64)  # [G]
+        offsets = np.cumsum(lengths) - lengths  # [G] where each window starts in the flat samples
+        total = int(lengths.sum())
+        ints = buf.ints[:g].numpy()  # [G, _A_PROMPT + n_ctx], a view of the (pinned) host buffer
+        ints[:, _A_SLOT] = slots
+        ints[:, _A_LENGTH] = lengths
+        # Sample j of window i lands at i * N_SAMPLES + (j - offsets[i]) of the padded batch.
+        ints[:, _A_SHIFT] = np.arange(g) * N_SAMPLES - offsets
+        ints[:, _A_BEGIN] = [len(r.prompt) for r in requests]
+        ints[:, _A_DETECT] = [r.detect_language for r in requests]
+        ints[:, _A_NOISE] = [r.noise_key for r in requests]
+        ints[:, _A_PROMPT:] = 0
         for i, req in enumerate(requests):
-            prompts[i, : len(req.prompt)] = torch.tensor(req.prompt)
-            begin.append(len(req.prompt))
-            detect.append(req.detect_language)
-            temps.append(req.temperature)
-            keys.append(req.noise_key)
-            self.keys[slots[i]] = req.key
-            self.temperatures[slots[i]] = req.temperature
-            self.host_positions[slots[i]] = 0
-        begin_t = torch.tensor(begin, device=self.device)
-        self.tokens[slot_ids] = prompts.to(self.device)
-        self.positions[slot_ids] = 0
-        self.sample_begin[slot_ids] = begin_t
-        self.sample_end[slot_ids] = torch.clamp(begin_t + self.spec.sample_len, max=self.n_ctx) - 1
-        self.last_timestamp[slot_ids] = -1
-        self.sum_logprob[slot_ids] = 0.0
-        self.no_speech_prob[slot_ids] = 0.0
-        self.temperature[slot_ids] = torch.tensor(temps, device=self.device)
-        self.noise_key[slot_ids] = torch.tensor(keys, device=self.device)
-        self.detect[slot_ids] = torch.tensor(detect, device=self.device)
-        self.running[slot_ids] = True
-        self.hit_eot[slot_ids] = False
+            ints[i, _A_PROMPT : _A_PROMPT + len(req.prompt)] = req.prompt
+        buf.floats[:g].numpy()[:] = [r.temperature for r in requests]
+        if total:
+            np.concatenate([r.audio[:n] for r, n in zip(requests, lengths)], out=buf.audio[:total].numpy())
+        # copy=True: on the CPU too, the staged group must not alias a buffer that is reused.
+        ints_d = buf.ints[:g].to(self.device, non_blocking=True, copy=True)  # [G, _A_PROMPT + n_ctx]
+        floats_d = buf.floats[:g].to(self.device, non_blocking=True, copy=True)  # [G]
+        flat = buf.audio[:total].to(self.device, non_blocking=True)  # [total], consumed below
+        if buf.copied is not None:
+            buf.copied.record()
+        audio = torch.zeros(g, N_SAMPLES, dtype=torch.float32, device=self.device)  # [G, N_SAMPLES]
+        if total:
+            # output_size keeps repeat_interleave from reading the total back from the device.
+            shift = torch.repeat_interleave(ints_d[:, _A_SHIFT], ints_d[:, _A_LENGTH], output_size=total)
+            dest = torch.arange(total, device=self.device) + shift  # [total]
+            audio.view(-1).index_copy_(0, dest, flat)
+        return _Staged(audio, ints_d, floats_d)
 
-    def _stage_audio(self, requests: list[WindowRequest]) -> torch.Tensor:  # [G, N_SAMPLES] on device
-        """Only the real samples cross to the device (one copy); zero padding is made there."""
-        lengths = [min(len(r.audio), N_SAMPLES) for r in requests]
-        if self._staged is not None:
-            self._staged.synchronize()  # NOTE: the last copy out of the pinned buffer must be done
-        flat = self.staging[: sum(lengths)]  # [sum(lengths)], pinned on CUDA
-        np.concatenate([r.audio[:n] for r, n in zip(requests, lengths)], out=flat.numpy())
-        on_device = flat.to(self.device, non_blocking=True)
-        if self.device.type == "cuda":
-            self._staged = torch.cuda.Event()
-            self._staged.record()
-        audio = torch.zeros(len(requests), N_SAMPLES, device=self.device)
-        start = 0
-        for i, n in enumerate(lengths):
-            audio[i, :n] = on_device[start : start + n]
-            start += n
-        return audio
+    def _set_up_slots(self, slot_ids: torch.Tensor, ints: torch.Tensor, floats: torch.Tensor) -> None:
+        """Scatter a staged group's state into its slots: one device op per state tensor."""
+        begin = ints[:, _A_BEGIN]  # [G]
+        self.tokens.index_copy_(0, slot_ids, ints[:, _A_PROMPT:])
+        self.positions.index_fill_(0, slot_ids, 0)
+        self.sample_begin.index_copy_(0, slot_ids, begin)
+        self.sample_end.index_copy_(0, slot_ids, torch.clamp(begin + self.spec.sample_len, max=self.n_ctx) - 1)
+        self.last_timestamp.index_fill_(0, slot_ids, -1)
+        self.sum_logprob.index_fill_(0, slot_ids, 0.0)
+        self.no_speech_prob.index_fill_(0, slot_ids, 0.0)
+        self.temperature.index_copy_(0, slot_ids, floats)
+        self.noise_key.index_copy_(0, slot_ids, ints[:, _A_NOISE])
+        self.detect.index_copy_(0, slot_ids, ints[:, _A_DETECT] != 0)
+        self.running.index_fill_(0, slot_ids, True)
+        self.hit_eot.index_fill_(0, slot_ids, False)
 
     # -- the step ------------------------------------------------------------------------------
 
@@ -284,40 +366,94 @@ class SlotDecoder:
 
     # -- collection ----------------------------------------------------------------------------
 
-    def collect(self) -> list[WindowResult]:
-        """Results of finished windows; their slots become free. One host sync per call."""
-        occupied = [s for s, key in enumerate(self.keys) if key is not None]
-        if not occupied:
-            return []
-        running = self.running.cpu().numpy()
-        finished = [s for s in occupied if not running[s]]
-        if not finished:
-            return []
-        idx = torch.tensor(finished, device=self.device)
-        tokens = self.tokens[idx].cpu().numpy()
-        positions = self.positions[idx].cpu().numpy()
-        begin = self.sample_begin[idx].cpu().numpy()
-        sum_lp = self.sum_logprob[idx].cpu().numpy()
-        no_speech = self.no_speech_prob[idx].cpu().numpy()
-        hit_eot = self.hit_eot[idx].cpu().numpy()
+    def snapshot(self) -> None:
+        """Queue a copy of the state the host reads, for rows [0, rows_in_use()); never waits.
+
+        On CUDA the copy is packed on the device and sent to a pinned buffer behind the steps
+        already queued, with an event to wait on; on the CPU it is made at once.
+        """
+        n = self.rows_in_use()
+        snap = self._spare.pop() if self._spare else self._new_snapshot()
+        snap.n_rows, snap.generation = n, self.generation.copy()
+        if n:
+            rows = slice(0, n)
+            ints = self._snap_ints if self._pinned else snap.ints  # [S, _S_TOKENS + n_ctx] int32
+            floats = self._snap_floats if self._pinned else snap.floats  # [S, 2]
+            ints[rows, _S_RUNNING].copy_(self.running[rows])
+            ints[rows, _S_HIT_EOT].copy_(self.hit_eot[rows])
+            ints[rows, _S_POSITION].copy_(self.positions[rows])
+            ints[rows, _S_BEGIN].copy_(self.sample_begin[rows])
+            ints[rows, _S_TOKENS:].copy_(self.tokens[rows])
+            floats[rows, 0].copy_(self.sum_logprob[rows])
+            floats[rows, 1].copy_(self.no_speech_prob[rows])
+            if snap.ready is not None:
+                # NOTE: the device pack is reused by the next snapshot; stream order keeps this
+                # copy ahead of that snapshot's packing.
+                snap.ints[rows].copy_(ints[rows], non_blocking=True)
+                snap.floats[rows].copy_(floats[rows], non_blocking=True)
+                snap.ready.record()
+        self._pending.append(snap)
+
+    def _new_snapshot(self) -> Snapshot:
+        pin = self._pinned
+        return Snapshot(
+            ints=torch.zeros(self.n_slots, _S_TOKENS + self.n_ctx, dtype=torch.int32, pin_memory=pin),
+            floats=torch.zeros(self.n_slots, 2, dtype=torch.float32, pin_memory=pin),
+            ready=torch.cuda.Event() if pin else None,
+        )
+
+    def pending_snapshots(self) -> int:
+        return len(self._pending)
+
+    def wait_snapshot(self) -> Snapshot:
+        """The oldest queued snapshot, once its copy has landed (the only wait on the device)."""
+        snap = self._pending.popleft()
+        if snap.ready is not None:
+            snap.ready.synchronize()
+        return snap
+
+    def finished(self, snap: Snapshot) -> list[WindowResult]:
+        """Windows that had finished when `snap` was taken; their slots become free.
+
+        Rows are inert once finished, so a late look reads exactly what an early one would. A slot
+        that is free now, or was re-admitted after the snapshot was taken, is skipped: the
+        snapshot describes an earlier window (or none).
+        """
+        ints = snap.ints[: snap.n_rows].numpy()  # [n, _S_TOKENS + n_ctx] int32
+        floats = snap.floats[: snap.n_rows].numpy()  # [n, 2]
         results = []
-        for i, slot in enumerate(finished):
-            sampled = tokens[i, begin[i] : positions[i] + 1].tolist()
-            if hit_eot[i]:
+        for slot in np.flatnonzero(ints[:, _S_RUNNING] == 0).tolist():
+            key = self.keys[slot]
+            if key is None or snap.generation[slot] != self.generation[slot]:
+                continue
+            row = ints[slot]
+            begin, position, hit_eot = int(row[_S_BEGIN]), int(row[_S_POSITION]), bool(row[_S_HIT_EOT])
+            sampled = row[_S_TOKENS + begin : _S_TOKENS + position + 1].tolist()
+            if hit_eot:
                 sampled = sampled[:-1]
-            language = int(tokens[i, LANGUAGE_POSITION]) if begin[i] > LANGUAGE_POSITION else None
+            language = int(row[_S_TOKENS + LANGUAGE_POSITION]) if begin > LANGUAGE_POSITION else None
             results.append(
                 WindowResult(
-                    key=self.keys[slot],
+                    key=key,
                     tokens=sampled,
-                    sum_logprob=float(sum_lp[i]),
-                    no_speech_prob=float(no_speech[i]),
+                    sum_logprob=float(floats[slot, 0]),
+                    no_speech_prob=float(floats[slot, 1]),
                     language_token=language,
                     temperature=self.temperatures[slot],
-                    hit_eot=bool(hit_eot[i]),
+                    hit_eot=hit_eot,
                 )
             )
             self.keys[slot] = None
             self.temperatures[slot] = 0.0  # a free slot never asks for the sampling graphs
             self.host_positions[slot] = 0
+        self._spare.append(snap)
+        return results
+
+    def collect(self, lag: int = 0) -> list[WindowResult]:
+        """Take a snapshot now, then return the finished windows of every queued snapshot but the
+        newest `lag`. lag=0 is the synchronous path: one wait for everything queued so far."""
+        self.snapshot()
+        results = []
+        while len(self._pending) > lag:
+            results += self.finished(self.wait_snapshot())
         return results
