@@ -60,9 +60,7 @@ def test_attention_kinds_resolve() -> None:
         AttentionKinds("triton", "sdpa")
     with pytest.raises(ValueError, match="SELF/CROSS"):
         AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
-    assert AttentionKinds.resolve("flashinfer/flashinfer_tc", "fp8", cpu, torch.bfloat16) == AttentionKinds(
-        "flashinfer", "flashinfer_tc", FP8
-    )
+    assert AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16) == AttentionKinds("flashinfer", "sdpa", FP8)
     assert AttentionKinds.resolve("sdpa/flashinfer", "auto", cpu, torch.float16) == AttentionKinds("sdpa", "flashinfer")
     assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
                                                torch.float32), SdpaBackend)  # fmt: skip

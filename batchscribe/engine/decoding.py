@@ -62,7 +62,7 @@ class WindowResult:
     hit_eot: bool
 
 
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_tc")}
+KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer")}
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class AttentionKinds:
     """Which kernels run each attention kind, and the cross-attention cache's dtype."""
 
     self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_tc" (its tensor-core kernels)
+    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer"
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
 
     def __post_init__(self) -> None:
@@ -81,7 +81,7 @@ class AttentionKinds:
     @classmethod
     def resolve(cls, attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> "AttentionKinds":
         """EngineOptions' names -> kernels. `attention` is "auto", one kernel for both kinds, or
-        "SELF/CROSS" (e.g. "flashinfer/flashinfer_tc"). "auto" on CUDA in fp16/bf16 with FlashInfer
+        "SELF/CROSS" (e.g. "flashinfer/sdpa"). "auto" on CUDA in fp16/bf16 with FlashInfer
         installed: FlashInfer for both kinds (ragged self-attention 2.2x faster than masked SDPA on
         the H200; figures per kind in docs/GPU_NOTES.md); SDPA everywhere else (CPU, float32)."""
         if cross_kv not in ("auto", "fp8"):
@@ -113,8 +113,7 @@ class AttentionKinds:
         from batchscribe.model.flashinfer_backend import FlashInferBackend
 
         return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
-                                 use_cross=self.cross_attention != "sdpa",
-                                 cross_tensor_cores=self.cross_attention == "flashinfer_tc")  # fmt: skip
+                                 use_cross=self.cross_attention == "flashinfer")  # fmt: skip
 
 
 @dataclass(frozen=True)

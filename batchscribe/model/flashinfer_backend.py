@@ -4,7 +4,8 @@ The caches are already in FlashInfer's paged NHD layout. Self-attention K/V `[n_
 n_head, head_dim]` is one page of n_text_ctx positions per slot, so each row attends over exactly its
 own length instead of a masked padded length. Cross-attention K/V `[n_slots, 1500, n_head, head_dim]`
 is viewed as 1500 / CROSS_PAGE pages per slot, so a small bucket can split the 1500 frames over many
-SMs, and it may be stored in fp8 (FlashInfer reads e4m3 directly: half the bytes per step).
+SMs, and it may be stored in fp8 (FlashInfer reads e4m3 directly; half the bytes, though on the H200
+its CUDA-core kernel ran fp8 only ~5 % faster than bf16: docs/GPU_NOTES.md).
 
 Row i of a step is slot i (the engine steps rows [0, bucket)), so the page tables never change: each
 bucket's wrappers are planned once, outside any CUDA graph, and then captured. The only per-step input
@@ -59,7 +60,6 @@ class FlashInferBackend:
         q_dtype: torch.dtype,
         use_self: bool = True,
         use_cross: bool = True,
-        cross_tensor_cores: bool = False,  # FlashInfer's tensor-core (prefill) kernels for cross
     ):
         try:
             import flashinfer
@@ -74,7 +74,7 @@ class FlashInferBackend:
             raise FlashInferUnavailable(f"FlashInfer runs on CUDA; the cache is on {k.device}: use attention='sdpa'")
         self.device = k.device
         self.q_dtype = q_dtype
-        self.use_self, self.use_cross, self.cross_tensor_cores = use_self, use_cross, cross_tensor_cores
+        self.use_self, self.use_cross = use_self, use_cross
         self.n_ctx, self.n_head, self.head_dim = k.shape[1], k.shape[2], k.shape[3]
         self.n_audio_ctx = cache.cross_k[0].shape[1]
         if self.n_audio_ctx % CROSS_PAGE:
@@ -87,9 +87,7 @@ class FlashInferBackend:
 
     # -- planning (outside graphs) -------------------------------------------------------------
 
-    def _plan(
-        self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype, tensor_cores: bool = False
-    ) -> _Planned:
+    def _plan(self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype) -> _Planned:
         i32 = dict(dtype=torch.int32, device=self.device)
         indptr = torch.arange(n_rows + 1, **i32) * pages_per_row  # [B + 1]
         indices = torch.arange(n_rows * pages_per_row, **i32)  # row i owns pages of slot i
@@ -101,9 +99,6 @@ class FlashInferBackend:
             paged_kv_indptr_buffer=indptr,
             paged_kv_indices_buffer=indices,
             paged_kv_last_page_len_buffer=last,
-            # The tensor-core path's plan reads every row's length: only for fixed (cross) lengths.
-            use_tensor_cores=tensor_cores,
-            backend="fa2" if tensor_cores else "auto",
         )
         wrapper.plan(
             indptr.clone(), indices.clone(), last.clone(), self.n_head, self.n_head, self.head_dim, page_size,
@@ -117,7 +112,7 @@ class FlashInferBackend:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
         if self.use_cross and n_rows not in self._cross:
             pages = self.n_audio_ctx // CROSS_PAGE
-            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype, self.cross_tensor_cores)
+            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype)
 
     # -- the step (captured) -------------------------------------------------------------------
 
