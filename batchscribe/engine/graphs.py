@@ -9,6 +9,7 @@ nano-vllm does), so the smaller graphs reuse the largest graph's scratch memory.
 
 from __future__ import annotations
 
+import gc
 import logging
 import time
 from bisect import bisect_left
@@ -69,6 +70,10 @@ class GraphRunner:
         dec = self.decoder
         start = time.perf_counter()
         before = torch.cuda.memory_reserved(dec.device)
+        # Collect garbage now: an earlier engine's pinned buffers and events, freed by the cycle
+        # collector in the middle of a capture, invalidate it (seen on the H200 when a benchmark
+        # built a second engine in the same process).
+        gc.collect()
         # Warm up outside capture (cuBLAS handles, lazy kernels), on a side stream as torch asks.
         stream = torch.cuda.Stream(dec.device)
         stream.wait_stream(torch.cuda.current_stream(dec.device))
