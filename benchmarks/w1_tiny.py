@@ -74,7 +74,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
             for line in shard.read_text().splitlines():
                 rec = json.loads(line)
                 hyps[rec["id"]] = rec.get("text", "")
-    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()})
+    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()}, flush=True)
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one

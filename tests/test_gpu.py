@@ -39,7 +39,7 @@ ATTENTION = [
     ("float32", "sdpa", "auto"),
     pytest.param("float16", "flashinfer", "auto", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer/sdpa", "auto", marks=needs_flashinfer),
-    pytest.param("bfloat16", "flashinfer/sdpa", "fp8", marks=needs_flashinfer),
+    pytest.param("float16", "flashinfer", "fp8", marks=needs_flashinfer),
 ]
 
 
