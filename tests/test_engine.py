@@ -225,3 +225,13 @@ def test_sampled_fallback_is_independent_of_slots_and_batch(tiny_en_dir, shared_
         assert [s["tokens"] for s in a["segments"]] == [s["tokens"] for s in b["segments"]]
     other_seed = Transcriber(str(tiny_en_dir), batch_size=3, seed=1, **kw).transcribe(items)
     assert [r["text"] for r in other_seed] != [r["text"] for r in alone]
+
+
+def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
+    from batchscribe.engine.decoding import ENCODER_CHUNKS, encoder_chunks
+
+    for n in range(0, 300):
+        parts = encoder_chunks(n)
+        assert [i for p in parts for i in range(p.start, p.stop)] == list(range(n))
+        assert all(p.stop - p.start in ENCODER_CHUNKS for p in parts)
+    assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]

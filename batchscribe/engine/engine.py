@@ -124,6 +124,8 @@ class Engine:
         while True:
             try:
                 decoder = SlotDecoder(model, spec, n_slots, device, kv_buckets=kv_buckets, attention=self.attention)
+                if device.type == "cuda":
+                    decoder.warm_up_encoder()
                 if device.type == "cuda" and cuda_graphs:
                     self.graphs = GraphRunner(decoder, default_buckets(n_slots))
                     self.graphs.capture(sample=False)
