@@ -5,7 +5,7 @@ n_head, head_dim]` is one page of n_text_ctx positions per slot, so each row att
 own length instead of a masked padded length. Cross-attention K/V `[n_slots, 1500, n_head, head_dim]`
 is viewed as 1500 / CROSS_PAGE pages per slot, so a small bucket can split the 1500 frames over many
 SMs, and it may be stored in fp8 (FlashInfer reads e4m3 directly; half the bytes, though on the H200
-its CUDA-core kernel ran fp8 only ~5 % faster than bf16: docs/GPU_NOTES.md).
+its CUDA-core kernel read fp8 only ~8 % faster than bf16: docs/GPU_NOTES.md).
 
 Row i of a step is slot i (the engine steps rows [0, bucket)), so the page tables never change: each
 bucket's wrappers are planned once, outside any CUDA graph, and then captured. The only per-step input
@@ -17,7 +17,6 @@ request (here always 1), not on the last page's length.
 from __future__ import annotations
 
 import importlib
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,8 +24,6 @@ import torch
 
 from batchscribe.model.attention import SdpaBackend
 from batchscribe.model.whisper import DecoderCache
-
-log = logging.getLogger(__name__)
 
 CROSS_PAGE = 250  # frames per cross-attention page; divides n_audio_ctx = 1500
 WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace (split-kv partials)
