@@ -62,6 +62,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     engine = next(iter(transcriber._engines.values()))
     capture = engine.graphs.plan.capture_seconds if engine.graphs else 0.0
     engine.timings.clear()
+    engine.decoder.timings.clear()
     with tempfile.TemporaryDirectory() as out:
         opts = RunOptions(model=model, decode=decode, workers=workers)
         common.sync()
@@ -74,7 +75,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
             for line in shard.read_text().splitlines():
                 rec = json.loads(line)
                 hyps[rec["id"]] = rec.get("text", "")
-    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()}, flush=True)
+    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
+          "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
@@ -122,8 +124,14 @@ def main() -> None:
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
+    ap.add_argument("--switch-interval", type=float, default=None,
+                    help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
+    if args.switch_interval is not None:
+        import sys
+
+        sys.setswitchinterval(args.switch_interval)
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "w1.parquet"
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
