@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
-from batchscribe.engine.decoding import AttentionKinds
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.graphs import slots_for_memory
 from batchscribe.model.dims import ModelDims

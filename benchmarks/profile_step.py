@@ -18,8 +18,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from batchscribe.config import DecodeOptions
-from batchscribe.engine.decoding import AttentionKinds
 from batchscribe.engine.engine import Engine, _Item
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
 from w2_large_v3 import LARGE_V3, TOKENS, large_v3_tokenizer

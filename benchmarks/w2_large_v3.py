@@ -23,8 +23,8 @@ import torch
 
 import common
 from batchscribe.config import DecodeOptions
-from batchscribe.engine.decoding import AttentionKinds
 from batchscribe.engine.engine import Engine
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.model.whisper import DecoderCache, Whisper

@@ -7,7 +7,7 @@ import io
 import pytest
 import torch
 
-from batchscribe.engine.decoding import AttentionKinds
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.model.attention import SdpaBackend
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import DecoderCache, Whisper, to_cache_dtype

@@ -28,8 +28,8 @@ import torch
 
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
-from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache, Whisper
 
 LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
@@ -61,60 +61,6 @@ class WindowResult:
     language_token: int | None  # the token at LANGUAGE_POSITION (detected or forced), if any
     temperature: float
     hit_eot: bool
-
-
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer")}
-
-
-@dataclass(frozen=True)
-class AttentionKinds:
-    """Which kernels run each attention kind, and the cross-attention cache's dtype."""
-
-    self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
-
-    def __post_init__(self) -> None:
-        for kind, name in (("self", self.self_attention), ("cross", self.cross_attention)):
-            if name not in KERNELS[kind]:
-                raise ValueError(f"{kind}-attention kernel {name!r} is unknown; use one of {KERNELS[kind]}")
-
-    @classmethod
-    def resolve(cls, attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> "AttentionKinds":
-        """EngineOptions' names -> kernels. `attention` is "auto", one kernel for both kinds, or
-        "SELF/CROSS" (e.g. "flashinfer/sdpa"). "auto" on CUDA in fp16/bf16 with FlashInfer
-        installed: FlashInfer for both kinds (ragged self-attention 2.2x faster than masked SDPA on
-        the H200; figures per kind in docs/GPU_NOTES.md); SDPA everywhere else (CPU, float32)."""
-        if cross_kv not in ("auto", "fp8"):
-            raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")
-        half = dtype in (torch.float16, torch.bfloat16)
-        if attention == "auto":
-            from batchscribe.model.flashinfer_backend import flashinfer_available
-
-            self_kind = cross_kind = "flashinfer" if device.type == "cuda" and half and flashinfer_available() else "sdpa"
-        else:
-            self_kind, _, cross_kind = attention.partition("/")
-            cross_kind = cross_kind or self_kind
-            if self_kind not in KERNELS["self"] or cross_kind not in KERNELS["cross"]:
-                raise ValueError(f"attention={attention!r}; use 'auto', 'sdpa', 'flashinfer' or 'SELF/CROSS' with "
-                                 f"SELF in {KERNELS['self']} and CROSS in {KERNELS['cross']}")  # fmt: skip
-        if not half and (self_kind, cross_kind) != ("sdpa", "sdpa"):
-            raise ValueError(f"attention={attention!r} runs in float16 or bfloat16, not {dtype}; "
-                             "pick one of those dtypes or attention='sdpa'")  # fmt: skip
-        cross_dtype = torch.float8_e4m3fn if cross_kv == "fp8" else None
-        return cls(self_kind, cross_kind, cross_dtype)
-
-    @property
-    def uses_flashinfer(self) -> bool:
-        return self.self_attention != "sdpa" or self.cross_attention != "sdpa"
-
-    def backend(self, cache: DecoderCache, q_dtype: torch.dtype) -> AttentionBackend:
-        if not self.uses_flashinfer:
-            return SdpaBackend()
-        from batchscribe.model.flashinfer_backend import FlashInferBackend
-
-        return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
-                                 use_cross=self.cross_attention == "flashinfer")  # fmt: skip
 
 
 @dataclass(frozen=True)
