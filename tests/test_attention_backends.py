@@ -50,6 +50,36 @@ def test_fp8_cross_cache_equals_sdpa_over_the_rounded_values() -> None:
     assert DecoderCache.bytes_per_slot(dims, torch.float32, FP8) < DecoderCache.bytes_per_slot(dims, torch.float32)
 
 
+def test_heads_first_cross_cache_gives_the_same_logits() -> None:
+    """The HND cross layout (heads first) is only a layout: the decoder's logits are equal."""
+    cfg = dict(vocab_size=300, num_mel_bins=80, d_model=64, encoder_layers=1, decoder_layers=2,
+               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+               max_source_positions=1500, max_target_positions=32)  # fmt: skip
+    dims = ModelDims.from_hf_config(cfg)
+    torch.manual_seed(1)
+    model = Whisper(dims).eval()
+    enc = torch.randn(4, 1500, 64)
+    nhd = DecoderCache.allocate(dims, 5, "cpu", torch.float32)
+    hnd = DecoderCache.allocate(dims, 5, "cpu", torch.float32, cross_hnd=True)
+    assert hnd.cross_k[0].shape == (5, 4, 1500, 16) and hnd.cross_hnd and not nhd.cross_hnd
+    slots = torch.tensor([3, 0, 4, 1])
+    model.write_cross_kv(nhd, enc, slots)
+    model.write_cross_kv(hnd, enc, slots)
+    torch.testing.assert_close(hnd.cross_k[1].transpose(1, 2), nhd.cross_k[1])
+    for step, positions in enumerate((torch.tensor([0, 0, 0, 0, 0]), torch.tensor([1, 1, 1, 1, 1]))):
+        tokens = torch.tensor([5, 6, 7, 8, 9]) + step
+        a = model.decode_step(nhd, tokens, positions)
+        b = model.decode_step(hnd, tokens, positions, backend=SdpaBackend(cross_hnd=True))
+        torch.testing.assert_close(a, b)
+    rows = torch.tensor([1, 3])  # gathered rows (slots given) read the same
+    torch.testing.assert_close(
+        model.decode_step(nhd, torch.tensor([5, 6]), torch.tensor([2, 2]), rows),
+        model.decode_step(hnd, torch.tensor([5, 6]), torch.tensor([2, 2]), rows),
+    )
+    with pytest.raises(ValueError, match="layout"):
+        AttentionKinds("sdpa", "flashinfer_hnd").backend(nhd, torch.float32)
+
+
 def test_attention_kinds_resolve() -> None:
     cpu = torch.device("cpu")
     assert AttentionKinds.resolve("auto", "auto", cpu, torch.float32) == AttentionKinds("sdpa", "sdpa", None)
@@ -61,6 +91,8 @@ def test_attention_kinds_resolve() -> None:
     with pytest.raises(ValueError, match="SELF/CROSS"):
         AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
     assert AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16) == AttentionKinds("flashinfer", "sdpa", FP8)
+    hnd = AttentionKinds.resolve("flashinfer/flashinfer_hnd", "fp8", cpu, torch.bfloat16)
+    assert hnd == AttentionKinds("flashinfer", "flashinfer_hnd", FP8) and hnd.cross_hnd
     assert AttentionKinds.resolve("sdpa/flashinfer", "auto", cpu, torch.float16) == AttentionKinds("sdpa", "flashinfer")
     assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
                                                torch.float32), SdpaBackend)  # fmt: skip

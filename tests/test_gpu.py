@@ -40,6 +40,7 @@ ATTENTION = [
     pytest.param("float16", "flashinfer", "auto", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer/sdpa", "auto", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer", "fp8", marks=needs_flashinfer),
+    pytest.param("float16", "flashinfer/flashinfer_hnd", "fp8", marks=needs_flashinfer),
 ]
 
 
@@ -122,7 +123,8 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
 @needs_flashinfer
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])
-def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
+@pytest.mark.parametrize("cross_hnd", [False, True])
+def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd) -> None:
     """FlashInfer's ragged self-attention and paged cross-attention (model dtype and fp8) equal the
     SDPA reference over the same static caches, inside and outside a CUDA graph."""
     from batchscribe.model.attention import SdpaBackend
@@ -136,13 +138,13 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows) -> None:
                                          max_source_positions=1500, max_target_positions=448))  # fmt: skip
     torch.manual_seed(n_rows)
     for cross_dtype in (None, torch.float8_e4m3fn):
-        cache = DecoderCache.allocate(dims, n_rows, "cuda", dtype, cross_dtype)
+        cache = DecoderCache.allocate(dims, n_rows, "cuda", dtype, cross_dtype, cross_hnd)
         for t in (cache.self_k[0], cache.self_v[0], cache.cross_k[0], cache.cross_v[0]):
             t.copy_(torch.randn(t.shape, device="cuda").to(t.dtype))
         q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
         positions = torch.randint(0, 448, (n_rows,), device="cuda")
         positions[0] = 0  # a row that sees only its own token
-        fi, ref = FlashInferBackend(cache, dtype), SdpaBackend()
+        fi, ref = FlashInferBackend(cache, dtype), SdpaBackend(cross_hnd=cross_hnd)
         fi.prepare(n_rows)
         out_self = torch.empty_like(q)
         out_cross = torch.empty_like(q)
@@ -180,7 +182,7 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     sdpa = _tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
-    for attention in ("flashinfer", "flashinfer/sdpa"):
+    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd"):
         flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
         flash = _tokens(flash_t.transcribe(utterances))
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"

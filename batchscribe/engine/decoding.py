@@ -139,7 +139,7 @@ class SlotDecoder:
         dtype = next(model.parameters()).dtype
         self.dtype = dtype
         self.attention = attention
-        self.cache = DecoderCache.allocate(dims, n_slots, device, dtype, attention.cross_dtype)
+        self.cache = DecoderCache.allocate(dims, n_slots, device, dtype, attention.cross_dtype, attention.cross_hnd)
         self.backend = attention.backend(self.cache, dtype)
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)

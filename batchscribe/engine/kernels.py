@@ -14,7 +14,8 @@ import torch
 from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache
 
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer")}
+# "flashinfer_hnd": FlashInfer over a heads-first cross cache (see flashinfer_backend).
+KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd")}
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,7 @@ class AttentionKinds:
     """Which kernels run each attention kind, and the cross-attention cache's dtype."""
 
     self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer"
+    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_hnd"
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
 
     def __post_init__(self) -> None:
@@ -59,10 +60,17 @@ class AttentionKinds:
     def uses_flashinfer(self) -> bool:
         return self.self_attention != "sdpa" or self.cross_attention != "sdpa"
 
+    @property
+    def cross_hnd(self) -> bool:
+        """The cross cache is laid out heads first."""
+        return self.cross_attention == "flashinfer_hnd"
+
     def backend(self, cache: DecoderCache, q_dtype: torch.dtype) -> AttentionBackend:
+        if cache.cross_hnd != self.cross_hnd:
+            raise ValueError("the cache's cross layout does not match the cross-attention kernel")
         if not self.uses_flashinfer:
-            return SdpaBackend()
+            return SdpaBackend(cross_hnd=self.cross_hnd)
         from batchscribe.model.flashinfer_backend import FlashInferBackend
 
         return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
-                                 use_cross=self.cross_attention == "flashinfer")  # fmt: skip
+                                 use_cross=self.cross_attention != "sdpa")  # fmt: skip

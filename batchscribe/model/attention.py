@@ -43,7 +43,7 @@ class AttentionBackend(Protocol):
     def cross_attention(
         self,
         q: torch.Tensor,  # [B, n_head, head_dim]
-        k_cache: torch.Tensor,  # [n_slots, n_audio_ctx, n_head, head_dim]
+        k_cache: torch.Tensor,  # [n_slots, n_audio_ctx, n_head, head_dim] (HND caches: heads first)
         v_cache: torch.Tensor,
         slots: torch.Tensor | None,  # [B]
     ) -> torch.Tensor:  # [B, n_head, head_dim]
@@ -67,6 +67,9 @@ def _as(x: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 class SdpaBackend:
     """torch's scaled_dot_product_attention with an explicit length mask (reference semantics)."""
 
+    def __init__(self, cross_hnd: bool = False):
+        self.cross_hnd = cross_hnd  # the cross cache is [n_slots, n_head, n_audio_ctx, head_dim]
+
     def prepare(self, n_rows):
         pass
 
@@ -85,8 +88,13 @@ class SdpaBackend:
 
     def cross_attention(self, q, k_cache, v_cache, slots):
         n_rows = q.shape[0]
-        length = k_cache.shape[1]
-        k = _as(_rows(k_cache, slots, n_rows, length), q)
-        v = _as(_rows(v_cache, slots, n_rows, length), q)
+        if self.cross_hnd:  # already [B, n_head, n_audio_ctx, head_dim]
+            k = k_cache[:n_rows] if slots is None else k_cache[slots]
+            v = v_cache[:n_rows] if slots is None else v_cache[slots]
+            k, v = _as(k, q), _as(v, q)
+        else:
+            length = k_cache.shape[1]
+            k = _as(_rows(k_cache, slots, n_rows, length), q)
+            v = _as(_rows(v_cache, slots, n_rows, length), q)
         return F.scaled_dot_product_attention(q.unsqueeze(2), k, v).squeeze(2)
 

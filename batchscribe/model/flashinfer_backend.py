@@ -12,6 +12,10 @@ bucket's wrappers are planned once, outside any CUDA graph, and then captured. T
 is each row's self-attention length, which `begin_step` writes on the device into the buffer the
 kernel reads. That is sound because FlashInfer's CUDA-core decode plan depends on the page counts per
 request (here always 1), not on the last page's length.
+
+With an HND cross cache (`DecoderCache.cross_hnd`) the cross wrappers read one 1500-frame page per
+slot, heads first: each (row, head) streams its K/V as one contiguous run instead of 64-element
+pieces strided by n_head * head_dim (which for fp8 are 64-byte pieces).
 """
 
 from __future__ import annotations
@@ -73,25 +77,28 @@ class FlashInferBackend:
         self.q_dtype = q_dtype
         self.use_self, self.use_cross = use_self, use_cross
         self.n_ctx, self.n_head, self.head_dim = k.shape[1], k.shape[2], k.shape[3]
-        self.n_audio_ctx = cache.cross_k[0].shape[1]
+        self.cross_hnd = cache.cross_hnd
+        self.n_audio_ctx = cache.cross_k[0].shape[2 if self.cross_hnd else 1]
         if self.n_audio_ctx % CROSS_PAGE:
             raise ValueError(f"n_audio_ctx={self.n_audio_ctx} is not a multiple of CROSS_PAGE={CROSS_PAGE}")
         self.self_dtype, self.cross_dtype = k.dtype, cache.cross_k[0].dtype
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
         self._cross: dict[int, _Planned] = {}
-        self._sdpa = SdpaBackend()
+        self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
 
     # -- planning (outside graphs) -------------------------------------------------------------
 
-    def _plan(self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype) -> _Planned:
+    def _plan(
+        self, n_rows: int, pages_per_row: int, page_size: int, kv_dtype: torch.dtype, layout: str = "NHD"
+    ) -> _Planned:
         i32 = dict(dtype=torch.int32, device=self.device)
         indptr = torch.arange(n_rows + 1, **i32) * pages_per_row  # [B + 1]
         indices = torch.arange(n_rows * pages_per_row, **i32)  # row i owns pages of slot i
         last = torch.full((n_rows,), page_size, **i32)  # [B]
         wrapper = self._flashinfer.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace,
-            "NHD",
+            layout,
             use_cuda_graph=True,
             paged_kv_indptr_buffer=indptr,
             paged_kv_indices_buffer=indices,
@@ -108,8 +115,11 @@ class FlashInferBackend:
         if self.use_self and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
         if self.use_cross and n_rows not in self._cross:
-            pages = self.n_audio_ctx // CROSS_PAGE
-            self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype)
+            if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
+                self._cross[n_rows] = self._plan(n_rows, 1, self.n_audio_ctx, self.cross_dtype, "HND")
+            else:
+                pages = self.n_audio_ctx // CROSS_PAGE
+                self._cross[n_rows] = self._plan(n_rows, pages, CROSS_PAGE, self.cross_dtype)
 
     # -- the step (captured) -------------------------------------------------------------------
 
@@ -129,5 +139,8 @@ class FlashInferBackend:
     def cross_attention(self, q, k_cache, v_cache, slots):
         if not self.use_cross:
             return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
+        wrapper = self._cross[q.shape[0]].wrapper
+        if self.cross_hnd:
+            return wrapper.run(q, (k_cache, v_cache))
         paged = (-1, CROSS_PAGE, self.n_head, self.head_dim)  # a view: slot s owns pages s*6 .. s*6+5
-        return self._cross[q.shape[0]].wrapper.run(q, (k_cache.view(paged), v_cache.view(paged)))
+        return wrapper.run(q, (k_cache.view(paged), v_cache.view(paged)))

@@ -108,13 +108,15 @@ class TextDecoder(nn.Module):
 
 @dataclass
 class DecoderCache:
-    """Static per-slot K/V buffers, one tensor per layer, laid out NHD (FlashInfer's paged layout
-    with one page per slot). Lives on the model's device."""
+    """Static per-slot K/V buffers, one tensor per layer, in FlashInfer's paged layouts with one page
+    per slot: self-attention NHD; cross-attention NHD or, with `cross_hnd`, HND (heads first: each
+    row's head reads its 1500 frames as one contiguous run). Lives on the model's device."""
 
     self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
     self_v: list[torch.Tensor]
-    cross_k: list[torch.Tensor]  # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]
+    cross_k: list[torch.Tensor]  # n_layer x [n_slots, n_audio_ctx, n_head, head_dim] (HND: [n_slots, n_head, n_audio_ctx, head_dim])
     cross_v: list[torch.Tensor]
+    cross_hnd: bool = False
 
     @classmethod
     def allocate(
@@ -124,16 +126,20 @@ class DecoderCache:
         device: torch.device | str,
         dtype: torch.dtype,
         cross_dtype: torch.dtype | None = None,  # e.g. torch.float8_e4m3fn; None: dtype
+        cross_hnd: bool = False,
     ) -> "DecoderCache":
         head_dim = dims.n_text_state // dims.n_text_head
         self_shape = (n_slots, dims.n_text_ctx, dims.n_text_head, head_dim)
         cross_shape = (n_slots, dims.n_audio_ctx, dims.n_text_head, head_dim)
+        if cross_hnd:
+            cross_shape = (n_slots, dims.n_text_head, dims.n_audio_ctx, head_dim)
 
         def make(shape: tuple[int, ...], kind: torch.dtype) -> list[torch.Tensor]:
             return [torch.zeros(shape, device=device, dtype=kind) for _ in range(dims.n_text_layer)]
 
         cross = cross_dtype or dtype
-        return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross))
+        return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross),
+                   cross_hnd)  # fmt: skip
 
     @property
     def n_slots(self) -> int:
@@ -174,8 +180,9 @@ class Whisper(nn.Module):
         """Project encoder output into each layer's cross K/V once per window."""
         for i, layer in enumerate(self.decoder.layers):
             attn = layer.encoder_attn
-            cache.cross_k[i][slots] = to_cache_dtype(attn.heads(attn.k_proj(enc)), cache.cross_k[i].dtype)
-            cache.cross_v[i][slots] = to_cache_dtype(attn.heads(attn.v_proj(enc)), cache.cross_v[i].dtype)
+            for cache_kv, proj in ((cache.cross_k[i], attn.k_proj), (cache.cross_v[i], attn.v_proj)):
+                kv = attn.heads(proj(enc))  # [B, n_audio_ctx, n_head, head_dim]
+                cache_kv[slots] = to_cache_dtype(kv.transpose(1, 2) if cache.cross_hnd else kv, cache_kv.dtype)
 
     @torch.no_grad()
     def decode_step(
@@ -187,7 +194,7 @@ class Whisper(nn.Module):
         kv_len: int | None = None,  # host-known bound on max(positions) + 1 (CPU speed-up)
         backend: AttentionBackend | None = None,
     ) -> torch.Tensor:  # [B, n_vocab] float32 logits for the token after `positions`
-        backend = backend or _SDPA
+        backend = backend or (_SDPA_HND if cache.cross_hnd else _SDPA)
         dec = self.decoder
         x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
         index = (torch.arange(tokens.shape[0], device=tokens.device) if slots is None else slots, positions)
@@ -227,3 +234,4 @@ class Whisper(nn.Module):
 
 
 _SDPA = SdpaBackend()
+_SDPA_HND = SdpaBackend(cross_hnd=True)
