@@ -114,7 +114,8 @@ class DecoderCache:
 
     self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
     self_v: list[torch.Tensor]
-    cross_k: list[torch.Tensor]  # n_layer x [n_slots, n_audio_ctx, n_head, head_dim] (HND: [n_slots, n_head, n_audio_ctx, head_dim])
+    # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]; HND: [n_slots, n_head, n_audio_ctx, head_dim]
+    cross_k: list[torch.Tensor]
     cross_v: list[torch.Tensor]
     cross_hnd: bool = False
 
