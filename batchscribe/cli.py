@@ -16,6 +16,7 @@ from typing import Optional, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -71,7 +72,8 @@ def demo_manifest() -> Path:
 
 
 def _die(message: str, code: int) -> NoReturn:
-    err.print(f"[bold red]error:[/bold red] {message}", highlight=False, markup=True, soft_wrap=True)
+    # escape(): a message may quote names with brackets (batchscribe[gpu], file[1].flac).
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
     raise typer.Exit(code)
 
 

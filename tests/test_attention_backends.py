@@ -90,10 +90,11 @@ def test_attention_kinds_resolve() -> None:
         AttentionKinds("triton", "sdpa")
     with pytest.raises(ValueError, match="SELF/CROSS"):
         AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
-    assert AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16) == AttentionKinds("flashinfer", "sdpa", FP8)
-    hnd = AttentionKinds.resolve("flashinfer/flashinfer_hnd", "fp8", cpu, torch.bfloat16)
-    assert hnd == AttentionKinds("flashinfer", "flashinfer_hnd", FP8) and hnd.cross_hnd
-    assert AttentionKinds.resolve("sdpa/flashinfer", "auto", cpu, torch.float16) == AttentionKinds("sdpa", "flashinfer")
+    assert AttentionKinds.resolve("sdpa", "auto", cpu, torch.float16) == AttentionKinds()
+    with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
+        AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16)
+    assert AttentionKinds("flashinfer", "flashinfer_hnd", FP8).cross_hnd
+    assert not AttentionKinds("flashinfer", "flashinfer", FP8).cross_hnd
     assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
                                                torch.float32), SdpaBackend)  # fmt: skip
 

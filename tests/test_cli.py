@@ -168,3 +168,11 @@ def test_eval_command_matches_jiwer(tmp_path: Path) -> None:
     assert corpus["wer"] == pytest.approx(expected)
     missing = runner.invoke(app, ["eval", str(tmp_path / "nothing"), "-o", str(tmp_path / "rep2")])
     assert missing.exit_code == 2
+
+
+def test_unavailable_attention_kernel_is_a_usage_error(tmp_path: Path) -> None:
+    """--attention flashinfer where it cannot run: exit 2 with the fix, brackets printed as is."""
+    result = runner.invoke(app, ["run", "--demo", "-o", str(tmp_path / "o"), "--device", "cpu", "--dtype", "float16",
+                                 "--attention", "flashinfer", "--no-progress"], env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "needs FlashInfer on a CUDA device" in result.output and "batchscribe[gpu]" in result.output

@@ -53,6 +53,13 @@ class AttentionKinds:
         if not half and (self_kind, cross_kind) != ("sdpa", "sdpa"):
             raise ValueError(f"attention={attention!r} runs in float16 or bfloat16, not {dtype}; "
                              "pick one of those dtypes or attention='sdpa'")  # fmt: skip
+        if (self_kind, cross_kind) != ("sdpa", "sdpa"):
+            from batchscribe.model.flashinfer_backend import flashinfer_available
+
+            if device.type != "cuda" or not flashinfer_available():
+                where = "flashinfer-python is not installed" if device.type == "cuda" else f"the device is {device}"
+                raise ValueError(f"attention={attention!r} needs FlashInfer on a CUDA device, but {where}; "
+                                 "install batchscribe[gpu] on a GPU machine or use attention='sdpa'")  # fmt: skip
         cross_dtype = torch.float8_e4m3fn if cross_kv == "fp8" else None
         return cls(self_kind, cross_kind, cross_dtype)
 
