@@ -21,8 +21,8 @@ import torch
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
-from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.graphs import GraphRunner, default_buckets, default_kv_buckets
+from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.model.whisper import Whisper
