@@ -188,3 +188,21 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"
         same = sum(sdpa[k] == flash[k] for k in sdpa)
         assert same >= len(utterances) - 2, (attention, same)
+
+
+def test_encode_ahead_on_a_side_stream_transcribes_the_same(tiny_en_dir, utterances) -> None:
+    """Groups encoded on the side stream while the graphs decode on the main one: same tokens."""
+    from batchscribe.api import Transcriber
+    from batchscribe.config import DecodeOptions
+    from batchscribe.engine.engine import Engine
+
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float32", batch_size=8)
+    options = DecodeOptions(temperatures=(0.0,))
+    runs = []
+    for ahead in (False, True):
+        engine = Engine(t.model, t.tokenizer, options, t.model_suppress, torch.device("cuda"), n_slots=8,
+                        attention=t.attention, encode_ahead=ahead)  # fmt: skip
+        runs.append(_tokens(list(engine.transcribe_stream(utterances))))
+        assert engine.timings["encode_ahead"] > 0 if ahead else "encode_ahead" not in engine.timings
+    same = sum(runs[0][k] == runs[1][k] for k in runs[0])
+    assert same >= len(utterances) - 1  # fp32; the encoder's batch sizes differ between the runs

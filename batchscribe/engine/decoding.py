@@ -20,7 +20,8 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,6 +81,11 @@ class DecoderSpec:
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
 
 
+@contextmanager
+def _no_stream() -> Iterator[None]:
+    yield
+
+
 def encoder_chunks(n: int) -> list[slice]:
     """[0, n) cut into consecutive slices whose sizes are ENCODER_CHUNKS, largest first."""
     parts, start = [], 0
@@ -107,6 +113,16 @@ class _Staged:
     audio: torch.Tensor  # [G, N_SAMPLES] float32, zero-padded
     ints: torch.Tensor  # [G, _A_PROMPT + n_text_ctx] int64
     floats: torch.Tensor  # [G] float32
+
+
+@dataclass
+class Encoded:
+    """A group whose features and encoder output are computed, not yet given slots."""
+
+    requests: list[WindowRequest]
+    staged: _Staged
+    enc: list[torch.Tensor]  # per encoder chunk: [g, n_audio_ctx, n_state]
+    ready: torch.cuda.Event | None  # recorded on the side stream after the encoder (CUDA)
 
 
 @dataclass
@@ -148,6 +164,8 @@ class SlotDecoder:
         # Host buffers, allocated once (pinned allocations are slow): two for admissions, so an
         # admission waits only for the copy of the admission before last; snapshots on demand.
         self._pinned = device.type == "cuda"
+        # encode() runs here, beside the decode graphs on the main stream (CUDA only).
+        self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._staging = [self._new_staging() for _ in range(2)]
         self._staging_turn = 0
         self._pending: deque[Snapshot] = deque()  # queued snapshots, oldest first
@@ -215,7 +233,43 @@ class SlotDecoder:
             t1 = t4
         self._set_up_slots(slot_ids, staged.ints, staged.floats)
         clock["admit_setup"] += time.perf_counter() - t1
-        # The host mirror changes last: an out-of-memory error above leaves the slots free.
+        self._claim(requests, slots)
+
+    @torch.no_grad()
+    def encode(self, requests: list[WindowRequest]) -> Encoded:
+        """Features and encoder for a group before any slot is free, on a side stream on CUDA, so
+        this compute-bound work overlaps the bandwidth-bound decode steps; `install` gives it slots."""
+        main = torch.cuda.current_stream(self.device) if self._side is not None else None
+        with torch.cuda.stream(self._side) if self._side is not None else _no_stream():
+            staged = self._stage(requests, [-1] * len(requests))  # slots are set at install
+            enc = [self.model.encoder(self.features(staged.audio[part]).to(self.dtype))
+                   for part in encoder_chunks(len(requests))]  # fmt: skip
+            ready = None
+            if self._side is not None:
+                ready = torch.cuda.Event()
+                ready.record(self._side)
+                # Made on the side stream, read on the main one: keep the allocator from reusing
+                # their memory before the main stream is done with them.
+                for t in (*enc, staged.ints, staged.floats):
+                    t.record_stream(main)
+        return Encoded(requests, staged, enc, ready)
+
+    @torch.no_grad()
+    def install(self, encoded: Encoded, slots: list[int]) -> None:
+        """Give an encoded group its slots: cross K/V and slot state, queued on the main stream."""
+        if encoded.ready is not None:
+            torch.cuda.current_stream(self.device).wait_event(encoded.ready)
+        slot_ids = torch.tensor(slots, dtype=torch.long)
+        if self._pinned:  # pinned, so the copy is queued instead of waiting for the device
+            slot_ids = slot_ids.pin_memory()
+        slot_ids = slot_ids.to(self.device, non_blocking=True)  # [G]
+        for part, enc in zip(encoder_chunks(len(encoded.requests)), encoded.enc):
+            self.model.write_cross_kv(self.cache, enc, slot_ids[part])
+        self._set_up_slots(slot_ids, encoded.staged.ints, encoded.staged.floats)
+        self._claim(encoded.requests, slots)
+
+    def _claim(self, requests: list[WindowRequest], slots: list[int]) -> None:
+        """The host mirror changes last: an out-of-memory error before it leaves the slots free."""
         for req, slot in zip(requests, slots):
             self.keys[slot] = req.key
             self.temperatures[slot] = req.temperature
