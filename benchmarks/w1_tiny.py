@@ -141,7 +141,8 @@ def main() -> None:
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             results.append(r)
             common.sync()
-            torch.cuda.empty_cache() if torch.cuda.is_available() else None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
         peers = []
         if torch.cuda.is_available():
             from batchscribe.model.loading import resolve_model

@@ -25,12 +25,7 @@ def test_fp8_cast_saturates_instead_of_nan() -> None:
 
 def test_fp8_cross_cache_equals_sdpa_over_the_rounded_values() -> None:
     """With an fp8 cross cache the decoder attends over exactly the fp8-rounded K/V (SDPA upcasts)."""
-    cfg = dict(vocab_size=300, num_mel_bins=80, d_model=64, encoder_layers=1, decoder_layers=2,
-               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
-               max_source_positions=1500, max_target_positions=32)  # fmt: skip
-    dims = ModelDims.from_hf_config(cfg)
-    torch.manual_seed(0)
-    model = Whisper(dims).eval()
+    dims, model = _small_model(seed=0)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.5)  # large values, so some K/V saturate or lose precision
     enc = torch.randn(3, 1500, 64)
@@ -52,12 +47,7 @@ def test_fp8_cross_cache_equals_sdpa_over_the_rounded_values() -> None:
 
 def test_heads_first_cross_cache_gives_the_same_logits() -> None:
     """The HND cross layout (heads first) is only a layout: the decoder's logits are equal."""
-    cfg = dict(vocab_size=300, num_mel_bins=80, d_model=64, encoder_layers=1, decoder_layers=2,
-               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
-               max_source_positions=1500, max_target_positions=32)  # fmt: skip
-    dims = ModelDims.from_hf_config(cfg)
-    torch.manual_seed(1)
-    model = Whisper(dims).eval()
+    dims, model = _small_model(seed=1)
     enc = torch.randn(4, 1500, 64)
     nhd = DecoderCache.allocate(dims, 5, "cpu", torch.float32)
     hnd = DecoderCache.allocate(dims, 5, "cpu", torch.float32, cross_hnd=True)
@@ -129,6 +119,16 @@ def test_fp8_cross_kv_keeps_real_transcripts(tiny_en_dir, shared_data) -> None:
     assert same >= len(items) - 2, (texts["auto"], texts["fp8"])
     wer = {k: jiwer.wer([norm(r) for r in refs], [norm(h) for h in v]) for k, v in texts.items()}
     assert abs(wer["fp8"] - wer["auto"]) <= 0.01, wer
+
+
+def _small_model(seed: int) -> tuple[ModelDims, Whisper]:
+    """A randomly initialised 2-layer decoder (d_model 64, 4 heads) over 1500 encoder frames."""
+    cfg = dict(vocab_size=300, num_mel_bins=80, d_model=64, encoder_layers=1, decoder_layers=2,
+               encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+               max_source_positions=1500, max_target_positions=32)  # fmt: skip
+    dims = ModelDims.from_hf_config(cfg)
+    torch.manual_seed(seed)
+    return dims, Whisper(dims).eval()
 
 
 def _tiny_dims() -> ModelDims:

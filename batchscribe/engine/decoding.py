@@ -123,6 +123,7 @@ class Encoded:
     staged: _Staged
     enc: list[torch.Tensor]  # per encoder chunk: [g, n_audio_ctx, n_state]
     ready: torch.cuda.Event | None  # recorded on the side stream after the encoder (CUDA)
+    slots: list[int] | None  # the slots it was staged with (admit), None when encoded ahead
 
 
 @dataclass
@@ -213,59 +214,61 @@ class SlotDecoder:
 
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
-        """Encode a group of windows together and set up their slots."""
-        # Host seconds per part (benchmarks read them): every call here should only queue work.
-        clock, t0 = self.timings, time.perf_counter()
-        staged = self._stage(requests, slots)
-        slot_ids = staged.ints[:, _A_SLOT]  # [G] on the device
-        t1 = time.perf_counter()
-        clock["admit_stage"] += t1 - t0
-        for part in encoder_chunks(len(requests)):
-            mel = self.features(staged.audio[part])  # [g, n_mels, 3000]
-            t2 = time.perf_counter()
-            enc = self.model.encoder(mel.to(self.dtype))  # [g, 1500, n_state]
-            t3 = time.perf_counter()
-            self.model.write_cross_kv(self.cache, enc, slot_ids[part])
-            t4 = time.perf_counter()
-            clock["admit_features"] += t2 - t1
-            clock["admit_encoder"] += t3 - t2
-            clock["admit_cross_kv"] += t4 - t3
-            t1 = t4
-        self._set_up_slots(slot_ids, staged.ints, staged.floats)
-        clock["admit_setup"] += time.perf_counter() - t1
-        self._claim(requests, slots)
+        """Encode a group of windows together and set up their slots, in place on this stream."""
+        self.install(self._encode(requests, slots, None), slots)
 
     @torch.no_grad()
     def encode(self, requests: list[WindowRequest]) -> Encoded:
         """Features and encoder for a group before any slot is free, on a side stream on CUDA, so
         this compute-bound work overlaps the bandwidth-bound decode steps; `install` gives it slots."""
-        main = torch.cuda.current_stream(self.device) if self._side is not None else None
-        with torch.cuda.stream(self._side) if self._side is not None else _no_stream():
-            staged = self._stage(requests, [-1] * len(requests))  # slots are set at install
-            enc = [self.model.encoder(self.features(staged.audio[part]).to(self.dtype))
-                   for part in encoder_chunks(len(requests))]  # fmt: skip
+        return self._encode(requests, None, self._side)
+
+    def _encode(self, requests: list[WindowRequest], slots: list[int] | None, side: torch.cuda.Stream | None) -> Encoded:
+        # Host seconds per part (benchmarks read them): every call here should only queue work.
+        clock, t0 = self.timings, time.perf_counter()
+        main = torch.cuda.current_stream(self.device) if side is not None else None
+        with torch.cuda.stream(side) if side is not None else _no_stream():
+            staged = self._stage(requests, slots if slots is not None else [-1] * len(requests))
+            t1 = time.perf_counter()
+            clock["admit_stage"] += t1 - t0
+            enc = []
+            for part in encoder_chunks(len(requests)):
+                mel = self.features(staged.audio[part])  # [g, n_mels, 3000]
+                t2 = time.perf_counter()
+                enc.append(self.model.encoder(mel.to(self.dtype)))  # [g, 1500, n_state]
+                t3 = time.perf_counter()
+                clock["admit_features"] += t2 - t1
+                clock["admit_encoder"] += t3 - t2
+                t1 = t3
             ready = None
-            if self._side is not None:
+            if side is not None:
                 ready = torch.cuda.Event()
-                ready.record(self._side)
+                ready.record(side)
                 # Made on the side stream, read on the main one: keep the allocator from reusing
                 # their memory before the main stream is done with them.
                 for t in (*enc, staged.ints, staged.floats):
                     t.record_stream(main)
-        return Encoded(requests, staged, enc, ready)
+        return Encoded(requests, staged, enc, ready, slots)
 
     @torch.no_grad()
     def install(self, encoded: Encoded, slots: list[int]) -> None:
-        """Give an encoded group its slots: cross K/V and slot state, queued on the main stream."""
+        """Give an encoded group its slots: cross K/V and slot state, queued on this stream."""
+        clock, t0 = self.timings, time.perf_counter()
         if encoded.ready is not None:
             torch.cuda.current_stream(self.device).wait_event(encoded.ready)
-        slot_ids = torch.tensor(slots, dtype=torch.long)
-        if self._pinned:  # pinned, so the copy is queued instead of waiting for the device
-            slot_ids = slot_ids.pin_memory()
-        slot_ids = slot_ids.to(self.device, non_blocking=True)  # [G]
+        if encoded.slots == slots:  # staged with its slots (admit): their ids are on the device
+            slot_ids = encoded.staged.ints[:, _A_SLOT]
+        else:
+            slot_ids = torch.tensor(slots, dtype=torch.long)
+            if self._pinned:  # pinned, so the copy is queued instead of waiting for the device
+                slot_ids = slot_ids.pin_memory()
+            slot_ids = slot_ids.to(self.device, non_blocking=True)  # [G]
         for part, enc in zip(encoder_chunks(len(encoded.requests)), encoded.enc):
             self.model.write_cross_kv(self.cache, enc, slot_ids[part])
+        t1 = time.perf_counter()
+        clock["admit_cross_kv"] += t1 - t0
         self._set_up_slots(slot_ids, encoded.staged.ints, encoded.staged.floats)
+        clock["admit_setup"] += time.perf_counter() - t1
         self._claim(encoded.requests, slots)
 
     def _claim(self, requests: list[WindowRequest], slots: list[int]) -> None:
