@@ -14,6 +14,7 @@ the distinct utterances, normalised with batchscribe's Whisper English normalise
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import tempfile
@@ -51,7 +52,8 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
     return jiwer.wer([norm(refs[k]) for k in keys], [norm(hyps[k]) for k in keys])
 
 
-def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str) -> dict:
+def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
+         profile_rows: int = 0) -> dict:
     decode = DecodeOptions(temperatures=(0.0,))
     attention, cross_kv = config.split(":")
     t0 = time.perf_counter()
@@ -67,8 +69,9 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
         opts = RunOptions(model=model, decode=decode, workers=workers)
         common.sync()
         t0 = time.perf_counter()
-        run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
-        common.sync()
+        with _profiled(profile_rows, config):
+            run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
+            common.sync()
         seconds = time.perf_counter() - t0
         hyps = {}
         for shard in sorted(Path(out).glob("*.jsonl")):
@@ -81,6 +84,26 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
     return result
+
+
+@contextlib.contextmanager
+def _profiled(rows: int, config: str):
+    """With rows > 0: torch.profiler over the run (host ops of every thread and device kernels),
+    printing where host time goes and how long the device was busy. Slows the run; diagnosis only."""
+    if rows <= 0:
+        yield
+        return
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        yield
+    events = prof.key_averages()
+    print(f"\n=== {config}: host ops by self CPU time ===")
+    print(events.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=70))
+    print(f"\n=== {config}: device kernels by time ===")
+    print(events.table(sort_by="self_cuda_time_total", row_limit=rows, max_name_column_width=70))
+    busy = sum(e.self_device_time_total for e in events) / 1e6
+    print(f"{config}: device busy {busy:.3f} s (sum of kernel and copy times)", flush=True)
 
 
 def peer(parquet: Path, folder: str, batch: int) -> dict:
@@ -126,6 +149,8 @@ def main() -> None:
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     if args.switch_interval is not None:
@@ -137,7 +162,7 @@ def main() -> None:
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
         results = []
         for config in args.configs:
-            r = ours(data, args.model, args.dtype, args.slots, args.workers, config)
+            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             results.append(r)
             common.sync()
