@@ -63,6 +63,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     load_s = time.perf_counter() - t0
     engine = next(iter(transcriber._engines.values()))
     capture = engine.graphs.plan.capture_seconds if engine.graphs else 0.0
+    capture += engine.encoder_graphs.capture_seconds if engine.encoder_graphs else 0.0
     engine.timings.clear()
     engine.decoder.timings.clear()
     with tempfile.TemporaryDirectory() as out:

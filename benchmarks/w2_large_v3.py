@@ -55,8 +55,7 @@ def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
     return tok
 
 
-def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention: AttentionKinds,
-         encode_ahead: bool = False) -> dict:
+def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention: AttentionKinds) -> dict:
     dims = ModelDims.from_hf_config(LARGE_V3)
     torch.manual_seed(0)
     with torch.device("cuda"):
@@ -70,8 +69,7 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention
         compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
     )  # fmt: skip
     t0 = time.perf_counter()
-    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots, attention=attention,
-                    encode_ahead=encode_ahead)  # fmt: skip
+    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots, attention=attention)
     capture = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
@@ -168,7 +166,6 @@ def main() -> None:
     ap.add_argument("--peer-windows", type=int, default=256)
     ap.add_argument("--configs", nargs="*", default=["flashinfer:fp8"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
-    ap.add_argument("--encode-ahead", action="store_true", help="encode the next group on a side stream")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     dtype = torch.bfloat16
@@ -185,8 +182,8 @@ def main() -> None:
 
             free, _ = torch.cuda.mem_get_info()
             slots = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype, kinds.cross_dtype), cap=256)
-        r = ours(tok, args.windows, slots, dtype, kinds, args.encode_ahead)
-        r["config"] = config + (" encode-ahead" if args.encode_ahead else "")
+        r = ours(tok, args.windows, slots, dtype, kinds)
+        r["config"] = config
         print(f"batchscribe {config}: {r}", flush=True)
         results.append(r)
     peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]

@@ -57,6 +57,8 @@ def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, at
         assert a == b, f"slots={slots}"
         engine = next(iter(graphed._engines.values()))
         assert engine.graphs is not None and engine.graphs.buckets[-1] == slots
+        assert engine.encoder_graphs is not None and max(engine.encoder_graphs.sizes) == min(slots, 64)
+        assert next(iter(eager._engines.values())).encoder_graphs is None
 
 
 def test_gpu_fp32_equals_cpu(tiny_en_dir, utterances) -> None:
@@ -190,19 +192,34 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
         assert same >= len(utterances) - 2, (attention, same)
 
 
-def test_encode_ahead_on_a_side_stream_transcribes_the_same(tiny_en_dir, utterances) -> None:
-    """Groups encoded on the side stream while the graphs decode on the main one: same tokens."""
-    from batchscribe.api import Transcriber
-    from batchscribe.config import DecodeOptions
-    from batchscribe.engine.engine import Engine
+@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), pytest.param("auto", "fp8", marks=needs_flashinfer)])
+def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv) -> None:
+    """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
+    same cross cache as the same chunk run eagerly, for every chunk size, into any slots."""
+    import numpy as np
 
-    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float32", batch_size=8)
-    options = DecodeOptions(temperatures=(0.0,))
-    runs = []
-    for ahead in (False, True):
-        engine = Engine(t.model, t.tokenizer, options, t.model_suppress, torch.device("cuda"), n_slots=8,
-                        attention=t.attention, encode_ahead=ahead)  # fmt: skip
-        runs.append(_tokens(list(engine.transcribe_stream(utterances))))
-        assert engine.timings["encode_ahead"] > 0 if ahead else "encode_ahead" not in engine.timings
-    same = sum(runs[0][k] == runs[1][k] for k in runs[0])
-    assert same >= len(utterances) - 1  # fp32; the encoder's batch sizes differ between the runs
+    from batchscribe.api import Transcriber
+    from batchscribe.audio.features import pad_or_trim
+    from batchscribe.engine.decoding import ENCODER_CHUNKS
+
+    n = 16
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
+                    cross_kv=cross_kv)  # fmt: skip
+    t.transcribe(utterances[:2])
+    engine = next(iter(t._engines.values()))
+    dec, runner = engine.decoder, engine.encoder_graphs
+    assert runner is not None and runner.sizes == [g for g in ENCODER_CHUNKS if g <= n]
+    audio = torch.from_numpy(np.stack([pad_or_trim(a) for _, a in utterances[:n]])).cuda()  # [n, N_SAMPLES]
+    caches = (*dec.cache.cross_k, *dec.cache.cross_v)
+
+    def bits(slots: torch.Tensor) -> list[torch.Tensor]:
+        return [c[slots].view(torch.uint8).clone() for c in caches]
+
+    for size in runner.sizes:
+        slots = torch.arange(n - size, n, device="cuda").flip(0)  # any slots, in any order
+        runner.replay(audio[:size], slots)
+        graphed = bits(slots)
+        dec.encode_chunk(audio.flip(0)[:size], slots)  # other windows: the cache really changes
+        assert any(not torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size
+        dec.encode_chunk(audio[:size], slots)
+        assert all(torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size

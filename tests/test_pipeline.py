@@ -100,31 +100,6 @@ def test_lagged_collection_gives_identical_records(transcriber, items, monkeypat
     assert late_engine.decoder.pending_snapshots() == 0
 
 
-def test_encode_ahead_gives_the_same_transcripts(transcriber, items, monkeypatch) -> None:
-    """Encoding the next group before its slots are free (the GPU does it on a side stream, beside
-    the decode steps) changes when windows are admitted, not what they decode to."""
-    base, _ = _run(transcriber, items, check_every=1, lag=0, monkeypatch=monkeypatch)
-    engine = _engine(transcriber, FALLBACK, n_slots=3)
-    engine.encode_ahead = True
-    dec = engine.decoder
-    dec.kv_buckets = [dec.n_ctx]
-    rows_in_use = dec.rows_in_use
-    monkeypatch.setattr(dec, "rows_in_use", lambda: dec.n_slots if rows_in_use() else 0)
-    encoded = []
-    encode = dec.encode
-    monkeypatch.setattr(dec, "encode", lambda requests: encoded.append(len(requests)) or encode(requests))
-    ahead = sorted(engine.transcribe_stream(items), key=lambda r: r["id"])
-    assert len(encoded) >= 5  # groups really were encoded ahead of their slots
-    assert engine.timings["windows"] >= sum(encoded)
-    assert [r["id"] for r in ahead] == [r["id"] for r in base]
-    assert [r["text"] for r in ahead] == [r["text"] for r in base]
-    assert [[s["tokens"] for s in r["segments"]] for r in ahead] == [[s["tokens"] for s in r["segments"]] for r in base]
-    # The encoder saw other batch sizes: allow float summation order in the log-probabilities.
-    lp = [s["avg_logprob"] for r in base for s in r["segments"]]
-    assert [s["avg_logprob"] for r in ahead for s in r["segments"]] == pytest.approx(lp, abs=1e-4)
-    assert dec.pending_snapshots() == 0 and all(k is None for k in dec.keys)
-
-
 def test_staging_pads_like_pad_or_trim(transcriber) -> None:
     """Padding on the device from flat samples equals pad_or_trim per window, through both
     alternating host buffers, and a staged group is not disturbed by the next admission's."""

@@ -20,8 +20,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections import defaultdict, deque
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,15 +74,9 @@ class DecoderSpec:
 
 
 # Admission groups are encoded in chunks of these sizes (the binary decomposition of the group): a
-# group of any size then reuses a handful of shapes. Every new shape costs host time for cuFFT
-# plans and cuDNN graphs; on the H200, varying group sizes made admission the largest host cost
-# of W1 (1.4 s of a 2.1 s run).
+# group of any size then reuses a handful of shapes, so cuFFT plans and cuDNN graphs are built once,
+# and on CUDA each size is one captured graph (EncoderGraphs).
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
-
-
-@contextmanager
-def _no_stream() -> Iterator[None]:
-    yield
 
 
 def encoder_chunks(n: int) -> list[slice]:
@@ -113,17 +106,6 @@ class _Staged:
     audio: torch.Tensor  # [G, N_SAMPLES] float32, zero-padded
     ints: torch.Tensor  # [G, _A_PROMPT + n_text_ctx] int64
     floats: torch.Tensor  # [G] float32
-
-
-@dataclass
-class Encoded:
-    """A group whose features and encoder output are computed, not yet given slots."""
-
-    requests: list[WindowRequest]
-    staged: _Staged
-    enc: list[torch.Tensor]  # per encoder chunk: [g, n_audio_ctx, n_state]
-    ready: torch.cuda.Event | None  # recorded on the side stream after the encoder (CUDA)
-    slots: list[int] | None  # the slots it was staged with (admit), None when encoded ahead
 
 
 @dataclass
@@ -162,11 +144,10 @@ class SlotDecoder:
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
         self.runner = None  # a GraphRunner, set by the engine on CUDA
+        self.encoder_runner = None  # an EncoderGraphs, set by the engine on CUDA
         # Host buffers, allocated once (pinned allocations are slow): two for admissions, so an
         # admission waits only for the copy of the admission before last; snapshots on demand.
         self._pinned = device.type == "cuda"
-        # encode() runs here, beside the decode graphs on the main stream (CUDA only).
-        self._side = torch.cuda.Stream(device) if device.type == "cuda" else None
         self._staging = [self._new_staging() for _ in range(2)]
         self._staging_turn = 0
         self._pending: deque[Snapshot] = deque()  # queued snapshots, oldest first
@@ -203,73 +184,44 @@ class SlotDecoder:
     @torch.no_grad()
     def warm_up_encoder(self) -> None:
         """Run the features and encoder once at every chunk size an admission can use, so cuFFT
-        plans and cuDNN convolution/attention graphs are built here, not mid-run."""
+        plans and cuDNN convolution/attention graphs are built here, not mid-run (and before
+        EncoderGraphs captures them). The cross K/V go to slot 0, which is free."""
         for size in ENCODER_CHUNKS:
             if size <= self.n_slots:
                 audio = torch.zeros(size, N_SAMPLES, device=self.device)
-                self.model.encoder(self.features(audio).to(self.dtype))
+                self.encode_chunk(audio, torch.zeros(size, dtype=torch.long, device=self.device))
 
     def free_slots(self) -> list[int]:
         return [s for s, key in enumerate(self.keys) if key is None]
 
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
-        """Encode a group of windows together and set up their slots, in place on this stream."""
-        self.install(self._encode(requests, slots, None), slots)
-
-    @torch.no_grad()
-    def encode(self, requests: list[WindowRequest]) -> Encoded:
-        """Features and encoder for a group before any slot is free, on a side stream on CUDA, so
-        this compute-bound work overlaps the bandwidth-bound decode steps; `install` gives it slots."""
-        return self._encode(requests, None, self._side)
-
-    def _encode(self, requests: list[WindowRequest], slots: list[int] | None, side: torch.cuda.Stream | None) -> Encoded:
-        # Host seconds per part (benchmarks read them): every call here should only queue work.
-        clock, t0 = self.timings, time.perf_counter()
-        main = torch.cuda.current_stream(self.device) if side is not None else None
-        with torch.cuda.stream(side) if side is not None else _no_stream():
-            staged = self._stage(requests, slots if slots is not None else [-1] * len(requests))
-            t1 = time.perf_counter()
-            clock["admit_stage"] += t1 - t0
-            enc = []
-            for part in encoder_chunks(len(requests)):
-                mel = self.features(staged.audio[part])  # [g, n_mels, 3000]
-                t2 = time.perf_counter()
-                enc.append(self.model.encoder(mel.to(self.dtype)))  # [g, 1500, n_state]
-                t3 = time.perf_counter()
-                clock["admit_features"] += t2 - t1
-                clock["admit_encoder"] += t3 - t2
-                t1 = t3
-            ready = None
-            if side is not None:
-                ready = torch.cuda.Event()
-                ready.record(side)
-                # Made on the side stream, read on the main one: keep the allocator from reusing
-                # their memory before the main stream is done with them.
-                for t in (*enc, staged.ints, staged.floats):
-                    t.record_stream(main)
-        return Encoded(requests, staged, enc, ready, slots)
-
-    @torch.no_grad()
-    def install(self, encoded: Encoded, slots: list[int]) -> None:
-        """Give an encoded group its slots: cross K/V and slot state, queued on this stream."""
-        clock, t0 = self.timings, time.perf_counter()
-        if encoded.ready is not None:
-            torch.cuda.current_stream(self.device).wait_event(encoded.ready)
-        if encoded.slots == slots:  # staged with its slots (admit): their ids are on the device
-            slot_ids = encoded.staged.ints[:, _A_SLOT]
-        else:
-            slot_ids = torch.tensor(slots, dtype=torch.long)
-            if self._pinned:  # pinned, so the copy is queued instead of waiting for the device
-                slot_ids = slot_ids.pin_memory()
-            slot_ids = slot_ids.to(self.device, non_blocking=True)  # [G]
-        for part, enc in zip(encoder_chunks(len(encoded.requests)), encoded.enc):
-            self.model.write_cross_kv(self.cache, enc, slot_ids[part])
+        """Encode a group of windows together and set up their slots; every call only queues work."""
+        clock, t0 = self.timings, time.perf_counter()  # host seconds per part (benchmarks read them)
+        staged = self._stage(requests, slots)
+        slot_ids = staged.ints[:, _A_SLOT]  # [G] on the device
         t1 = time.perf_counter()
-        clock["admit_cross_kv"] += t1 - t0
-        self._set_up_slots(slot_ids, encoded.staged.ints, encoded.staged.floats)
-        clock["admit_setup"] += time.perf_counter() - t1
-        self._claim(encoded.requests, slots)
+        for part in encoder_chunks(len(requests)):
+            if self.encoder_runner is not None:
+                self.encoder_runner.replay(staged.audio[part], slot_ids[part])
+            else:
+                self.encode_chunk(staged.audio[part], slot_ids[part])
+        t2 = time.perf_counter()
+        self._set_up_slots(slot_ids, staged.ints, staged.floats)
+        clock["admit_stage"] += t1 - t0
+        clock["admit_encode"] += t2 - t1
+        clock["admit_setup"] += time.perf_counter() - t2
+        self._claim(requests, slots)
+
+    def encode_chunk(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:
+        """Features, encoder and cross K/V for one chunk of windows, written into their slots.
+
+        audio: [g, N_SAMPLES] float32, zero-padded; slot_ids: [g] long. Pure tensor code: on CUDA
+        it is captured once per chunk size (EncoderGraphs) and replayed.
+        """
+        mel = self.features(audio)  # [g, n_mels, 3000]
+        enc = self.model.encoder(mel.to(self.dtype))  # [g, n_audio_ctx, n_state]
+        self.model.write_cross_kv(self.cache, enc, slot_ids)
 
     def _claim(self, requests: list[WindowRequest], slots: list[int]) -> None:
         """The host mirror changes last: an out-of-memory error before it leaves the slots free."""

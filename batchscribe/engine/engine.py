@@ -20,8 +20,8 @@ import torch
 
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
-from batchscribe.engine.decoding import DecoderSpec, Encoded, SlotDecoder, WindowRequest, WindowResult
-from batchscribe.engine.graphs import GraphRunner, default_buckets, default_kv_buckets
+from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
+from batchscribe.engine.graphs import EncoderGraphs, GraphRunner, default_buckets, default_kv_buckets
 from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
@@ -87,7 +87,6 @@ class Engine:
         n_slots: int,
         cuda_graphs: bool = True,
         attention: AttentionKinds = AttentionKinds(),
-        encode_ahead: bool = False,
     ):
         self.tokenizer, self.options = tokenizer, options
         self.attention = attention
@@ -98,11 +97,8 @@ class Engine:
         # Finished rows idle for a few inert steps instead. On the CPU the look is free.
         self.check_every = 4 if device.type == "cuda" else 1
         self.lag = 1 if device.type == "cuda" else 0
-        # Encode the next admission group on a side stream while the decode steps run, instead of
-        # between them (the encoder is compute-bound, the steps memory-bound). Off by default until
-        # measured on the GPU: docs/GPU_NOTES.md.
-        self.encode_ahead = encode_ahead
         self.graphs: GraphRunner | None = None
+        self.encoder_graphs: EncoderGraphs | None = None
         self.decoder = self._build(model, spec, options, device, n_slots, cuda_graphs)
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
@@ -136,11 +132,14 @@ class Engine:
                     self.graphs = GraphRunner(decoder, default_buckets(n_slots))
                     self.graphs.capture(sample=False)
                     decoder.runner = self.graphs
+                    self.encoder_graphs = EncoderGraphs(decoder)
+                    self.encoder_graphs.capture()
+                    decoder.encoder_runner = self.encoder_graphs
                 return decoder
             except torch.OutOfMemoryError:
                 if n_slots == 1:
                     raise
-                decoder = self.graphs = None
+                decoder = self.graphs = self.encoder_graphs = None
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
                 log.warning("out of GPU memory with %d decoder slots; retrying with %d", n_slots, n_slots // 2)
@@ -230,7 +229,6 @@ class Engine:
         next_key = 0
         dec = self.decoder
         clock = self.timings
-        ahead: Encoded | None = None  # a group encoded beside the steps, waiting for free slots
 
         def collect(keep: int) -> Iterator[dict]:
             """Fold in the finished windows of every queued snapshot but the newest `keep`."""
@@ -258,10 +256,7 @@ class Engine:
             free = dec.free_slots()
             # Pull at most one admission group ahead: the GPU starts on the first group while the
             # decode workers are still filling the next.
-            # With encode_ahead, keep a group queued even while no slot is free: it is encoded
-            # beside the decode steps.
-            want = self.admit_min if self.encode_ahead else min(len(free), self.admit_min)
-            while not exhausted and len(queue) < want:
+            while not exhausted and len(queue) < min(len(free), self.admit_min):
                 t0 = time.perf_counter()
                 try:
                     item_id, audio = next(source)
@@ -278,14 +273,6 @@ class Engine:
                 queue.append(next_key)
                 next_key += 1
             n_rows = dec.rows_in_use()
-            due = len(free) >= self.admit_min or n_rows == 0 or exhausted
-            if ahead is not None and due and len(free) >= len(ahead.requests):
-                t0 = time.perf_counter()
-                dec.install(ahead, free[: len(ahead.requests)])
-                clock["admit"] += time.perf_counter() - t0
-                clock["windows"] += len(ahead.requests)
-                ahead = None
-                free, n_rows = dec.free_slots(), dec.rows_in_use()
             if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
                 t0 = time.perf_counter()
                 group = [queue.popleft() for _ in range(min(len(free), len(queue), self.admit_max))]
@@ -309,7 +296,7 @@ class Engine:
             if n_rows == 0:
                 # Every slot is free, so queued snapshots hold no finished window: drain them.
                 yield from collect(0)
-                if exhausted and not queue and ahead is None:
+                if exhausted and not queue:
                     return
                 continue
             t0 = time.perf_counter()
@@ -318,15 +305,4 @@ class Engine:
             dec.snapshot()
             clock["steps"] += self.check_every
             clock["step_launch"] += time.perf_counter() - t0
-            if self.encode_ahead and ahead is None and queue and (len(queue) >= self.admit_min or exhausted):
-                t0 = time.perf_counter()
-                keys = [queue.popleft() for _ in range(min(len(queue), self.admit_min))]
-                try:
-                    ahead = dec.encode([self._window(k, live[k]) for k in keys])
-                except torch.OutOfMemoryError:
-                    queue.extendleft(reversed(keys))
-                    self.encode_ahead = False  # admissions encode in place, as without it
-                    log.warning("out of memory encoding ahead; encoding at admission instead")
-                    torch.cuda.empty_cache()
-                clock["encode_ahead"] += time.perf_counter() - t0
             yield from collect(self.lag)

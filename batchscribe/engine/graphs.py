@@ -1,4 +1,4 @@
-"""CUDA graphs for the decode step: one graph per decoder bucket, replayed for the active rows.
+"""CUDA graphs: the decode step per decoder bucket, and the admission encoder per chunk size.
 
 The SlotDecoder's step reads and writes only persistent tensors (the static caches and the per-slot
 state), so capturing `_step(bucket)` once per bucket size and replaying it is the whole trick: the
@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from batchscribe.engine.decoding import SlotDecoder
+from batchscribe.constants import N_SAMPLES
+from batchscribe.engine.decoding import ENCODER_CHUNKS, SlotDecoder
 
 log = logging.getLogger(__name__)
 
@@ -108,3 +109,50 @@ class GraphRunner:
         if key not in self.graphs:
             self.capture(sample)
         self.graphs[key].replay()
+
+
+class EncoderGraphs:
+    """One captured admission chunk per size in ENCODER_CHUNKS: log-mel features, the encoder and
+    the cross K/V projection into the chunk's slots, over static inputs.
+
+    Eagerly, one chunk is a few hundred kernel launches; on the H200 their host time was the largest
+    host cost of W1 (docs/GPU_NOTES.md), because every op waits to reacquire the GIL from the decode
+    workers. A replay copies the chunk's padded audio and slot ids into the static inputs and
+    launches the whole chunk at once.
+    """
+
+    def __init__(self, decoder: SlotDecoder):
+        if decoder.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device; the CPU path encodes eagerly")
+        self.decoder = decoder
+        self.sizes = sorted((g for g in ENCODER_CHUNKS if g <= decoder.n_slots), reverse=True)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.audio: dict[int, torch.Tensor] = {}  # size -> [g, N_SAMPLES] float32 static input
+        self.slot_ids: dict[int, torch.Tensor] = {}  # size -> [g] long static input
+        self.capture_seconds = 0.0
+
+    def capture(self) -> None:
+        """Capture every chunk size, largest first into one pool (replays never overlap).
+        The decoder's `warm_up_encoder` must have run: it builds the cuFFT plans and cuDNN graphs."""
+        dec = self.decoder
+        start = time.perf_counter()
+        gc.collect()  # see GraphRunner.capture
+        pool = None
+        for size in self.sizes:
+            self.audio[size] = torch.zeros(size, N_SAMPLES, dtype=torch.float32, device=dec.device)
+            self.slot_ids[size] = torch.zeros(size, dtype=torch.long, device=dec.device)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=pool):
+                dec.encode_chunk(self.audio[size], self.slot_ids[size])
+            pool = graph.pool()
+            self.graphs[size] = graph
+        torch.cuda.synchronize(dec.device)
+        self.capture_seconds = time.perf_counter() - start
+        log.info("captured %d encoder graphs (windows %s) in %.2f s", len(self.sizes), self.sizes, self.capture_seconds)
+
+    def replay(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:
+        """audio: [g, N_SAMPLES] float32 with g in ENCODER_CHUNKS; slot_ids: [g] long (device)."""
+        size = audio.shape[0]
+        self.audio[size].copy_(audio)
+        self.slot_ids[size].copy_(slot_ids)
+        self.graphs[size].replay()
