@@ -213,6 +213,7 @@ class SlotDecoder:
         clock["admit_setup"] += time.perf_counter() - t2
         self._claim(requests, slots)
 
+    @torch.no_grad()
     def encode_chunk(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:
         """Features, encoder and cross K/V for one chunk of windows, written into their slots.
 

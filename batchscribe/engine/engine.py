@@ -8,6 +8,7 @@ next window is queued as soon as its previous one finishes.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import time
@@ -139,11 +140,14 @@ class Engine:
             except torch.OutOfMemoryError:
                 if n_slots == 1:
                     raise
-                decoder = self.graphs = self.encoder_graphs = None
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
                 log.warning("out of GPU memory with %d decoder slots; retrying with %d", n_slots, n_slots // 2)
-                n_slots //= 2
+            # Out of the except block, so its traceback no longer holds the failed attempt's caches;
+            # the decoder and its graph runners reference each other, so only the collector frees them.
+            decoder = self.graphs = self.encoder_graphs = None
+            gc.collect()
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            n_slots //= 2
 
     # -- windows -------------------------------------------------------------------------------
 
