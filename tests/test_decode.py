@@ -263,3 +263,29 @@ def test_errors_survive_pickling() -> None:
     clone = pickle.loads(pickle.dumps(info.value))
     assert isinstance(clone, AudioDecodeError) and isinstance(clone, ValueError)
     assert str(clone) == str(info.value)
+
+
+def test_bytes_reach_libsndfile_as_a_file_and_leave_none_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-memory bytes are spilled to a temporary file (libsndfile then reads without calling back
+    into Python); the file is gone afterwards whether the bytes decode or not, and with no
+    writable temporary directory the bytes are still read, through Python."""
+    from batchscribe.audio import decode
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(decode, "_SPILL_DIR", str(spill))
+    opened: list[object] = []
+    real = decode._read_soundfile
+    monkeypatch.setattr(decode, "_read_soundfile", lambda source: opened.append(source) or real(source))
+    buf = io.BytesIO()
+    sf.write(buf, np.linspace(-0.5, 0.5, 16000, dtype=np.float32), 16000, format="FLAC")
+    audio = decode_audio(buf.getvalue())
+    assert audio.shape == (16000,) and np.allclose(audio, np.linspace(-0.5, 0.5, 16000), atol=1e-4)
+    assert [Path(str(s)).parent for s in opened] == [spill]
+    with pytest.raises(AudioDecodeError, match="cannot be decoded"):
+        decode_audio(b"not audio at all" * 100)
+    assert list(spill.iterdir()) == []
+    monkeypatch.setattr(decode, "_SPILL_DIR", str(tmp_path / "missing"))
+    opened.clear()
+    assert np.array_equal(decode_audio(buf.getvalue()), audio)
+    assert len(opened) == 1 and isinstance(opened[0], io.BytesIO)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,7 +146,7 @@ def _decode_any(
 ) -> tuple[np.ndarray, int, Literal["soundfile", "pyav"]]:
     """Try soundfile, then PyAV; raise AudioDecodeError quoting both when neither reads it."""
     try:
-        frames, rate, declared = _read_soundfile(opener())
+        frames, rate, declared = _read_soundfile_native(opener())
     except _DecoderFailed as exc:
         sf_failure = exc
     else:
@@ -206,6 +207,34 @@ def _wav_header_frames(source: object) -> int | None:
             return size // block_align
         pos += 8 + size + (size & 1)  # chunks are padded to an even size
     return None
+
+
+# RAM-backed storage for encoded bytes on their way to libsndfile (see _read_soundfile_native).
+_SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+def _read_soundfile_native(source: object) -> tuple[np.ndarray, int, int]:
+    """`_read_soundfile`, with in-memory bytes first written to a file in RAM-backed storage.
+
+    Given a file-like object, libsndfile calls back into Python for every read, holding the GIL
+    that the engine's main thread needs to launch GPU work. Read from a path, it never enters
+    Python. Measured on 100 LibriSpeech FLACs (docs/GPU_NOTES.md): decoding 1.5x faster, and a
+    small torch op beside three decoding threads 3x faster (7.6 vs 22.6 us).
+    """
+    if not isinstance(source, io.BytesIO):
+        return _read_soundfile(source)
+    try:
+        fd, path = tempfile.mkstemp(prefix="batchscribe-", suffix=".audio", dir=_SPILL_DIR)
+    except OSError:
+        return _read_soundfile(source)  # no writable temporary directory: read through Python
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(source.getbuffer())
+        return _read_soundfile(path)
+    except OSError:
+        return _read_soundfile(source)  # the temporary storage is full
+    finally:
+        os.unlink(path)
 
 
 def _read_soundfile(source: object) -> tuple[np.ndarray, int, int]:
