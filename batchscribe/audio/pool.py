@@ -50,6 +50,12 @@ def default_workers() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+def decode_threads_default() -> int:
+    """Decode threads beside a GPU engine: half the cores, at most 8. More threads decode faster
+    but take the GIL from the thread that launches GPU work (docs/GPU_NOTES.md)."""
+    return max(1, min(8, (os.cpu_count() or 2) // 2))
+
+
 def decode_stream(
     items: Iterable[SourceItem],
     workers: int | None = None,
