@@ -107,7 +107,7 @@ class Transcriber:
             return 16
         free, _ = torch.cuda.mem_get_info(self.device)
         per_slot = DecoderCache.bytes_per_slot(dims, dtype, cross_dtype)
-        fit = slots_for_memory(free, per_slot, cap=256)
+        fit = slots_for_memory(free, per_slot, cap=512)  # W2 on the H200: 512 slots 4 % faster than 256
         log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit, per_slot / 1e6, free / 1e9)
         return fit
 

@@ -84,6 +84,7 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
     assert len(records) == windows
+    slots = engine.decoder.n_slots  # fewer than asked if allocating them ran out of memory
     del engine, model
     torch.cuda.empty_cache()
     return {"windows_per_s": windows / seconds, "seconds": seconds, "capture_s": capture,

@@ -249,7 +249,9 @@ class SlotDecoder:
         buf = self._staging[self._staging_turn]
         self._staging_turn ^= 1
         if buf.copied is not None:
+            t0 = time.perf_counter()
             buf.copied.synchronize()  # NOTE: the copy out of this buffer two admissions ago must be done
+            self.timings["admit_stage_wait"] += time.perf_counter() - t0  # part of admit_stage
         g = len(requests)
         lengths = np.array([min(len(r.audio), N_SAMPLES) for r in requests], dtype=np.int64)  # [G]
         offsets = np.cumsum(lengths) - lengths  # [G] where each window starts in the flat samples
