@@ -198,3 +198,51 @@ def test_read_ahead_keeps_order_raises_and_stops_early() -> None:
     assert [next(stream) for _ in range(5)] == [0, 1, 2, 3, 4]
     stream.close()  # the consumer stops early: the producer ends and closes its source
     assert closed == [True]
+
+
+def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Process workers leave decoded samples in a spill folder and send only the path; the main
+    process reads them back exactly, and the folder is gone after the run, after a worker crash
+    (whatever it left half-written) and after an early close. Without room to spill, the samples
+    still arrive, through the pipe."""
+    from batchscribe.audio import pool
+
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    monkeypatch.setattr(pool, "_SPILL_DIR", str(spill))
+    # What a killed run leaves behind (its process is gone), and a live process's folder.
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (spill / f"batchscribe-decoded-{dead.pid}-abc").mkdir()
+    (spill / f"batchscribe-decoded-{dead.pid}-abc" / "x.f32").write_bytes(b"\0" * 8)
+    (spill / f"batchscribe-decoded-{os.getppid()}-live").mkdir()
+    spilled: list[object] = []
+    real = pool._unspill
+    monkeypatch.setattr(pool, "_unspill", lambda audio: spilled.append(audio) or real(audio))
+    payloads = [bytes([i]) * (100 + i) for i in range(12)]
+    payloads[7] = CRASH
+    out = list(decode_stream(_items(payloads), workers=2, prefetch=4, decoder=_bytes_decoder))
+    assert [d.id for d in out] == [f"item{i}" for i in range(12)]
+    for i, d in enumerate(out):
+        if i == 7:
+            assert d.audio is None and d.error.startswith("item7: the decoder process died")
+        else:
+            np.testing.assert_array_equal(d.audio, np.frombuffer(payloads[i], np.uint8).astype(np.float32))
+    assert sum(isinstance(a, pool._Spilled) for a in spilled) == 11
+    # The run's folder and every file in it removed, the killed run's swept, the live one kept.
+    assert [p.name for p in spill.iterdir()] == [f"batchscribe-decoded-{os.getppid()}-live"]
+    (spill / f"batchscribe-decoded-{os.getppid()}-live").rmdir()
+
+    stream = decode_stream(_items([b"x" * 64] * 50), workers=2, prefetch=8, decoder=_bytes_decoder)
+    next(stream)
+    stream.close()
+    assert list(spill.iterdir()) == []
+
+    full = tmp_path / "full"  # a spill folder that cannot be written: samples come through the pipe
+    monkeypatch.setattr(pool, "_SPILL_DIR", str(full))
+    full.mkdir()
+    monkeypatch.setattr(pool.tempfile, "mkdtemp", lambda **kw: str(full / "gone"))
+    spilled.clear()
+    out = list(decode_stream(_items(payloads[:3]), workers=2, prefetch=4, decoder=_bytes_decoder))
+    assert [d.audio.size for d in out] == [100, 101, 102]
+    assert spilled and not any(isinstance(a, pool._Spilled) for a in spilled)
