@@ -107,7 +107,9 @@ class Transcriber:
             return 16
         free, _ = torch.cuda.mem_get_info(self.device)
         per_slot = DecoderCache.bytes_per_slot(dims, dtype, cross_dtype)
-        fit = slots_for_memory(free, per_slot, cap=512)  # W2 on the H200: 512 slots 4 % faster than 256
+        # 256: on the H200, 512 slots made large-v3 4 % faster (W2) but tiny.en's host admission
+        # slower (groups twice the size); pass batch_size for more.
+        fit = slots_for_memory(free, per_slot, cap=256)
         log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit, per_slot / 1e6, free / 1e9)
         return fit
 
