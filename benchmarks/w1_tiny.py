@@ -165,6 +165,9 @@ def main() -> None:
         for config in args.configs:
             r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
+            # Printed now as well: a peer that runs past a time limit must not take these with it.
+            print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
+                  f"{r['slots']} slots", flush=True)  # fmt: skip
             results.append(r)
             common.sync()
             if torch.cuda.is_available():
