@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Device call A (carry .whl2 .stage/p1): install the wheels, stage tiny.en's last part, then run
+# w2_large_v3.py once per further argument (each a quoted argument string), e.g.
+#   bash benchmarks/device/call_a.sh abc1234 "--windows 1024 --slots 256 --configs auto:fp8"
+set -u
+commit=$1; shift
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl 2>&1 | tail -2
+for f in .stage/p1/aot/*.so; do
+    [ -e "$f" ] || continue
+    n=$(basename "$f" .so); mkdir -p /tmp/site/flashinfer/data/aot/$n && cp "$f" /tmp/site/flashinfer/data/aot/$n/$n.so
+done
+S=$HOME/stage; mkdir -p $S && cp -r .stage/p1/* $S/
+export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
+i=0
+for args in "$@"; do
+    i=$((i + 1))
+    (cd benchmarks && timeout 200 python3 w2_large_v3.py --tokenizer-from $S/basetok $args) > $OUT/w2_$i.txt 2>&1
+    echo "== $args"; grep -E "^batchscribe|^Whisper generate|capture|ratio" $OUT/w2_$i.txt | cut -c1-260
+done
+cp benchmarks/RESULTS.md $OUT/

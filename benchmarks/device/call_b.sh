@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Device call B, right after call A (carry .stage/p2): assemble tiny.en, copy the data to ../shared,
+# run the GPU tests and W1 (with its transformers peer). Extra arguments go to pytest.
+set -u
+commit=$1; shift
+S=$HOME/stage
+mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
+cat .stage/p2/tinypart_00 .stage/p2/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
+export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
+mkdir -p ../shared/data && cp -r .stage/p2/data/* ../shared/data/
+timeout 240 python3 -m pytest -q tests/test_gpu.py tests/test_pipeline.py "$@" > $OUT/tests.txt 2>&1
+tail -4 $OUT/tests.txt | cut -c1-300
+# JIT-built FlashInfer modules, for .fiaot/ here (a result folder holds at most 8 files: one tarball).
+(cd $HOME/.cache/flashinfer 2>/dev/null && find . -name "*.so" | tar czf $OUT/aot.tgz -T -) || true
+cd benchmarks
+timeout 150 python3 w1_tiny.py --parquet ../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet \
+    --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 > $OUT/w1.txt 2>&1
+grep -E "host seconds|RTFx|^batchscribe|transformers bs|capture|ratio" $OUT/w1.txt | cut -c1-420
+cp RESULTS.md $OUT/
