@@ -205,7 +205,7 @@ def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
 
 def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _Sink,
               opts: RunOptions) -> None:
-    from batchscribe.audio.pool import decode_stream, decode_threads_default, read_ahead
+    from batchscribe.audio.pool import decode_stream, read_ahead
 
     todo = sink.skip_completed(items)
     pool_kwargs: dict[str, Any] = {}
@@ -218,10 +218,6 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     elif on_gpu:
         pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
     pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
-    if pool_kwargs["threads"] and opts.workers is None:
-        # Decode threads share the GIL with the engine's main thread, which launches the GPU work:
-        # on the H200's 16 cores W1 ran at RTFx 6,364 with 8 threads, 5,196 with 15, 5,402 with 4.
-        pool_kwargs["workers"] = decode_threads_default()
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
     if on_gpu:
         decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps

@@ -273,7 +273,7 @@ def test_bytes_reach_libsndfile_as_a_file_and_leave_none_behind(tmp_path: Path, 
 
     spill = tmp_path / "spill"
     spill.mkdir()
-    monkeypatch.setattr(decode, "_SPILL_DIR", str(spill))
+    monkeypatch.setattr(decode, "RAM_DIR", str(spill))
     opened: list[object] = []
     real = decode._read_soundfile
     monkeypatch.setattr(decode, "_read_soundfile", lambda source: opened.append(source) or real(source))
@@ -285,7 +285,7 @@ def test_bytes_reach_libsndfile_as_a_file_and_leave_none_behind(tmp_path: Path, 
     with pytest.raises(AudioDecodeError, match="cannot be decoded"):
         decode_audio(b"not audio at all" * 100)
     assert list(spill.iterdir()) == []
-    monkeypatch.setattr(decode, "_SPILL_DIR", str(tmp_path / "missing"))
+    monkeypatch.setattr(decode, "RAM_DIR", str(tmp_path / "missing"))
     opened.clear()
     assert np.array_equal(decode_audio(buf.getvalue()), audio)
     assert len(opened) == 1 and isinstance(opened[0], io.BytesIO)

@@ -209,7 +209,7 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
 
     spill = tmp_path / "spill"
     spill.mkdir()
-    monkeypatch.setattr(pool, "_SPILL_DIR", str(spill))
+    monkeypatch.setattr(pool, "RAM_DIR", str(spill))
     # What a killed run leaves behind (its process is gone), and a live process's folder.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -239,10 +239,25 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
     assert list(spill.iterdir()) == []
 
     full = tmp_path / "full"  # a spill folder that cannot be written: samples come through the pipe
-    monkeypatch.setattr(pool, "_SPILL_DIR", str(full))
+    monkeypatch.setattr(pool, "RAM_DIR", str(full))
     full.mkdir()
     monkeypatch.setattr(pool.tempfile, "mkdtemp", lambda **kw: str(full / "gone"))
     spilled.clear()
     out = list(decode_stream(_items(payloads[:3]), workers=2, prefetch=4, decoder=_bytes_decoder))
     assert [d.audio.size for d in out] == [100, 101, 102]
     assert spilled and not any(isinstance(a, pool._Spilled) for a in spilled)
+
+
+def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unless told, processes number cores - 1, and threads (the GPU path) half the cores, at most 8."""
+    from batchscribe.audio import pool
+
+    made: list[tuple[int, bool]] = []
+    real = pool._new_pool
+    monkeypatch.setattr(pool, "_new_pool", lambda workers, threads=False: made.append((workers, threads)) or real(workers, threads))
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 32)
+    for threads in (True, False):
+        list(decode_stream(_items([b"ab"]), threads=threads, decoder=_bytes_decoder))
+    assert made == [(8, True), (31, False)]
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 6)
+    assert pool.decode_threads_default() == 3 and pool.default_workers() == 5

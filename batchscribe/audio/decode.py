@@ -209,8 +209,9 @@ def _wav_header_frames(source: object) -> int | None:
     return None
 
 
-# RAM-backed storage for encoded bytes on their way to libsndfile (see _read_soundfile_native).
-_SPILL_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+# RAM-backed temporary storage where there is one (None: the system's temporary folder): encoded
+# bytes on their way to libsndfile here, decoded audio on its way back from worker processes (pool).
+RAM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _read_soundfile_native(source: object) -> tuple[np.ndarray, int, int]:
@@ -224,7 +225,7 @@ def _read_soundfile_native(source: object) -> tuple[np.ndarray, int, int]:
     if not isinstance(source, io.BytesIO):
         return _read_soundfile(source)
     try:
-        fd, path = tempfile.mkstemp(prefix="batchscribe-", suffix=".audio", dir=_SPILL_DIR)
+        fd, path = tempfile.mkstemp(prefix="batchscribe-", suffix=".audio", dir=RAM_DIR)
     except OSError:
         return _read_soundfile(source)  # no writable temporary directory: read through Python
     try:
@@ -310,4 +311,4 @@ def _short(exc: BaseException) -> str:
     return text
 
 
-__all__ = ["AudioDecodeError", "DecodedAudio", "audio_duration", "decode_audio", "read_audio"]
+__all__ = ["RAM_DIR", "AudioDecodeError", "DecodedAudio", "audio_duration", "decode_audio", "read_audio"]

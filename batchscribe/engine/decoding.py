@@ -143,6 +143,7 @@ class SlotDecoder:
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
+        self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= n_slots]  # what an admission can use
         self.runner = None  # a GraphRunner, set by the engine on CUDA
         self.encoder_runner = None  # an EncoderGraphs, set by the engine on CUDA
         # Host buffers, allocated once (pinned allocations are slow): two for admissions, so an
@@ -186,10 +187,9 @@ class SlotDecoder:
         """Run the features and encoder once at every chunk size an admission can use, so cuFFT
         plans and cuDNN convolution/attention graphs are built here, not mid-run (and before
         EncoderGraphs captures them). The cross K/V go to slot 0, which is free."""
-        for size in ENCODER_CHUNKS:
-            if size <= self.n_slots:
-                audio = torch.zeros(size, N_SAMPLES, device=self.device)
-                self.encode_chunk(audio, torch.zeros(size, dtype=torch.long, device=self.device))
+        for size in self.chunk_sizes:
+            audio = torch.zeros(size, N_SAMPLES, device=self.device)
+            self.encode_chunk(audio, torch.zeros(size, dtype=torch.long, device=self.device))
 
     def free_slots(self) -> list[int]:
         return [s for s, key in enumerate(self.keys) if key is None]

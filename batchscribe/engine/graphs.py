@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from batchscribe.constants import N_SAMPLES
-from batchscribe.engine.decoding import ENCODER_CHUNKS, SlotDecoder
+from batchscribe.engine.decoding import SlotDecoder
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class EncoderGraphs:
         if decoder.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; the CPU path encodes eagerly")
         self.decoder = decoder
-        self.sizes = sorted((g for g in ENCODER_CHUNKS if g <= decoder.n_slots), reverse=True)
+        self.sizes = decoder.chunk_sizes  # largest first
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.audio: dict[int, torch.Tensor] = {}  # size -> [g, N_SAMPLES] float32 static input
         self.slot_ids: dict[int, torch.Tensor] = {}  # size -> [g] long static input
