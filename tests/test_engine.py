@@ -235,3 +235,13 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
         assert [i for p in parts for i in range(p.start, p.stop)] == list(range(n))
         assert all(p.stop - p.start in ENCODER_CHUNKS for p in parts)
     assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
+
+
+def test_steps_per_check_keeps_about_two_ms_queued() -> None:
+    from batchscribe.engine.engine import steps_per_check
+
+    assert steps_per_check(0.0003) == 4  # tiny.en-sized steps: capped at 4 per look
+    assert steps_per_check(0.0007) == 3
+    assert steps_per_check(0.001) == 2
+    assert steps_per_check(0.025) == 1  # large-v3-sized steps: look after every one
+    assert steps_per_check(0.0) == 4

@@ -41,13 +41,26 @@ ATTENTION = [
     pytest.param("float16", "flashinfer/sdpa", "auto", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer", "fp8", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer/flashinfer_hnd", "fp8", marks=needs_flashinfer),
+    pytest.param("float16", "flashinfer/triton_hnd", "fp8", marks=needs_flashinfer),
+    pytest.param("bfloat16", "flashinfer/triton_hnd", "auto", marks=needs_flashinfer),
 ]
 
 
+@pytest.fixture
+def triton_everywhere(monkeypatch):
+    """Run the Triton cross kernel in every bucket: tiny.en's few heads never fill the GPU, so by
+    default its buckets would all keep FlashInfer."""
+    from batchscribe.model import triton_cross
+
+    monkeypatch.setattr(triton_cross, "DEFAULT", triton_cross.CrossConfig(min_programs=1))
+
+
 @pytest.mark.parametrize("dtype,attention,cross_kv", ATTENTION)
-def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, attention, cross_kv) -> None:
+def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, attention, cross_kv, request) -> None:
     from batchscribe.api import Transcriber
 
+    if "triton" in attention:
+        request.getfixturevalue("triton_everywhere")
     kw = dict(device="cuda", dtype=dtype, temperatures=(0.0,), attention=attention, cross_kv=cross_kv)
     for slots in (1, 3, 8, 32):
         eager = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=False, **kw)
@@ -176,15 +189,46 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd) -> None
         torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("cache_dtype", [None, torch.float8_e4m3fn])
+@pytest.mark.parametrize("n_head,n_rows,min_programs", [(6, 1, 1024), (6, 37, 1), (20, 5, 1024), (20, 256, 1024), (20, 512, 1)])
+def test_triton_cross_matches_sdpa(dtype, cache_dtype, n_head, n_rows, min_programs) -> None:
+    """The compiled Triton cross kernel (split over frames or not) equals SDPA over the same HND
+    cache rows, eagerly and replayed from a CUDA graph."""
+    from batchscribe.model import triton_cross
+
+    cfg = triton_cross.CrossConfig(min_programs=min_programs)
+    torch.manual_seed(n_rows)
+    shape = (n_rows + 3, n_head, 1500, 64)  # spare slots: row i reads slot i only
+    k = torch.randn(shape, device="cuda").to(cache_dtype or dtype)
+    v = torch.randn(shape, device="cuda").to(cache_dtype or dtype)
+    q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float().unsqueeze(2), k[:n_rows].float(), v[:n_rows].float()
+    ).squeeze(2)
+    got = triton_cross.cross_attention(q, k, v, cfg)
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    out = torch.empty_like(q)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out.copy_(triton_cross.cross_attention(q, k, v, cfg))
+    q.copy_(torch.randn_like(q))  # new queries, same graph
+    graph.replay()
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.float().unsqueeze(2), k[:n_rows].float(), v[:n_rows].float()
+    ).squeeze(2)
+    torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+
+
 @needs_flashinfer
-def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> None:
+def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances, triton_everywhere) -> None:
     """The whole engine on FlashInfer (graphs) against SDPA, fp16, real tiny.en: the same tokens on
     nearly every utterance (fp16 kernels sum in different orders, so rare near-ties may flip)."""
     from batchscribe.api import Transcriber
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     sdpa = _tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
-    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd"):
+    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd", "flashinfer/triton_hnd"):
         flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
         flash = _tokens(flash_t.transcribe(utterances))
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"

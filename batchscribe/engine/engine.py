@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import math
 import time
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
@@ -30,6 +31,18 @@ from batchscribe.model.whisper import Whisper
 from batchscribe.output.verbose_json import WindowStats, make_record, split_window
 
 log = logging.getLogger(__name__)
+
+# GPU seconds of steps the host launches between looks at the finished flags: enough queued work
+# that the device stays busy while the host admits and collects (host turns take ~1 ms on the H200),
+# and no more, since a finished row idles until its batch is read.
+STEPS_AHEAD_SECONDS = 0.002
+MAX_STEPS_PER_CHECK = 4
+
+
+def steps_per_check(step_seconds: float) -> int:
+    """tiny.en's 0.3 ms steps: 4 per look; large-v3's 25 ms steps: 1 (its finished rows would otherwise
+    idle for 4-8 steps, ~5 % of W2's row-steps)."""
+    return max(1, min(MAX_STEPS_PER_CHECK, math.ceil(STEPS_AHEAD_SECONDS / max(step_seconds, 1e-9))))
 
 
 @dataclass
@@ -96,11 +109,16 @@ class Engine:
         # snapshot queued `lag` batches earlier: on the GPU, waiting for that one leaves the newest
         # steps queued, so the device never idles while the host admits and post-processes.
         # Finished rows idle for a few inert steps instead. On the CPU the look is free.
-        self.check_every = 4 if device.type == "cuda" else 1
+        self.check_every = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
         self.lag = 1 if device.type == "cuda" else 0
         self.graphs: GraphRunner | None = None
         self.encoder_graphs: EncoderGraphs | None = None
         self.decoder = self._build(model, spec, options, device, n_slots, cuda_graphs)
+        if self.graphs is not None:
+            step = self.graphs.step_seconds()
+            self.check_every = steps_per_check(step)
+            log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
+                     self.graphs.buckets[-1], step * 1e3, self.check_every)  # fmt: skip
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]

@@ -110,6 +110,19 @@ class GraphRunner:
             self.capture(sample)
         self.graphs[key].replay()
 
+    def step_seconds(self, repeats: int = 5) -> float:
+        """GPU seconds of one greedy step of the largest bucket over the shortest attention length.
+        Replaying over free slots is harmless: their rows are inert."""
+        graph = self.graphs[self.buckets[-1], self.kv_buckets[0], False]
+        graph.replay()  # first replay uploads the graph
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000 / repeats
+
 
 class EncoderGraphs:
     """One captured admission chunk per size in ENCODER_CHUNKS: log-mel features, the encoder and

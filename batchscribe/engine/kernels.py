@@ -15,8 +15,10 @@ import torch
 from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache
 
-# "flashinfer_hnd": FlashInfer over a heads-first cross cache (see flashinfer_backend).
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd")}
+# "flashinfer_hnd": FlashInfer over a heads-first cross cache (see flashinfer_backend); "triton_hnd":
+# model/triton_cross's kernel over that cache (FlashInfer for buckets too small to fill the GPU).
+KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd", "triton_hnd")}
+HND = ("flashinfer_hnd", "triton_hnd")
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class AttentionKinds:
     """Which kernels run each attention kind, and the cross-attention cache's dtype."""
 
     self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
-    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_hnd"
+    cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_hnd" | "triton_hnd"
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
 
     def __post_init__(self) -> None:
@@ -38,16 +40,20 @@ class AttentionKinds:
         "SELF/CROSS" (e.g. "flashinfer/sdpa"). "auto" on CUDA in fp16/bf16 with FlashInfer
         installed: FlashInfer for self-attention (ragged lengths, 2.2x faster than masked SDPA on
         the H200) and over the heads-first cross cache (a large-v3 step at 256 rows: 15.5 ms
-        against 19.4 ms over the frames-first one); figures in docs/GPU_NOTES.md. SDPA everywhere
-        else (CPU, float32)."""
+        against 19.4 ms over the frames-first one); with an fp8 cache, the Triton kernel over it
+        (3.9-4.0 TB/s against FlashInfer's 3.3; in bf16 it was 5 % slower, so not there). Figures
+        in docs/GPU_NOTES.md. SDPA everywhere else (CPU, float32)."""
         if cross_kv not in ("auto", "fp8"):
             raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")
         half = dtype in (torch.float16, torch.bfloat16)
         if attention == "auto":
             from batchscribe.model.flashinfer_backend import flashinfer_available
 
+            from batchscribe.model.triton_cross import triton_available
+
             fast = device.type == "cuda" and half and flashinfer_available()
-            self_kind, cross_kind = ("flashinfer", "flashinfer_hnd") if fast else ("sdpa", "sdpa")
+            cross_fast = "triton_hnd" if cross_kv == "fp8" and triton_available() else "flashinfer_hnd"
+            self_kind, cross_kind = ("flashinfer", cross_fast) if fast else ("sdpa", "sdpa")
         else:
             self_kind, _, cross_kind = attention.partition("/")
             cross_kind = cross_kind or self_kind
@@ -74,7 +80,7 @@ class AttentionKinds:
     @property
     def cross_hnd(self) -> bool:
         """The cross cache is laid out heads first."""
-        return self.cross_attention == "flashinfer_hnd"
+        return self.cross_attention in HND
 
     def backend(self, cache: DecoderCache, q_dtype: torch.dtype) -> AttentionBackend:
         if cache.cross_hnd != self.cross_hnd:
@@ -83,5 +89,5 @@ class AttentionKinds:
             return SdpaBackend(cross_hnd=self.cross_hnd)
         from batchscribe.model.flashinfer_backend import FlashInferBackend
 
-        return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer",
-                                 use_cross=self.cross_attention != "sdpa")  # fmt: skip
+        cross = {"sdpa": "sdpa", "triton_hnd": "triton"}.get(self.cross_attention, "flashinfer")
+        return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer", cross=cross)

@@ -15,7 +15,10 @@ request (here always 1), not on the last page's length.
 
 With an HND cross cache (`DecoderCache.cross_hnd`) the cross wrappers read one 1500-frame page per
 slot, heads first: each (row, head) streams its K/V as one contiguous run instead of 64-element
-pieces strided by n_head * head_dim (which for fp8 are 64-byte pieces).
+pieces strided by n_head * head_dim (which for fp8 are 64-byte pieces). With `cross="triton"` over
+an HND cache, buckets whose rows x heads fill the GPU one program each run `triton_cross`'s kernel
+instead (fp8: 3.9-4.0 TB/s against FlashInfer's 3.3 at 256-512 rows, docs/GPU_NOTES.md); smaller
+buckets keep FlashInfer.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 
 import torch
 
+from batchscribe.model import triton_cross
 from batchscribe.model.attention import SdpaBackend
 from batchscribe.model.whisper import DecoderCache
 
@@ -52,15 +56,16 @@ class _Planned:
 
 
 class FlashInferBackend:
-    """AttentionBackend on FlashInfer; `use_self` / `use_cross` pick it per attention kind (the other
-    kind runs on SDPA), so each kind can use whichever measured faster."""
+    """AttentionBackend on FlashInfer; `use_self` picks it for self-attention and `cross` names the
+    cross-attention kernel ("flashinfer", "triton" or "sdpa"); SDPA runs what FlashInfer does not, so
+    each kind can use whichever measured faster."""
 
     def __init__(
         self,
         cache: DecoderCache,
         q_dtype: torch.dtype,
         use_self: bool = True,
-        use_cross: bool = True,
+        cross: str = "flashinfer",
     ):
         try:
             import flashinfer
@@ -75,16 +80,22 @@ class FlashInferBackend:
             raise FlashInferUnavailable(f"FlashInfer runs on CUDA; the cache is on {k.device}: use attention='sdpa'")
         self.device = k.device
         self.q_dtype = q_dtype
-        self.use_self, self.use_cross = use_self, use_cross
         self.n_ctx, self.n_head, self.head_dim = k.shape[1], k.shape[2], k.shape[3]
+        if cross not in ("flashinfer", "triton", "sdpa"):
+            raise ValueError(f"cross={cross!r}; use 'flashinfer', 'triton' or 'sdpa'")
         self.cross_hnd = cache.cross_hnd
+        if cross == "triton" and not (self.cross_hnd and triton_cross.triton_available()):
+            raise FlashInferUnavailable("the triton cross kernel needs an HND cross cache and the triton package")
+        self.use_self, self.use_cross, self.cross = use_self, cross != "sdpa", cross
         self.n_audio_ctx = cache.cross_k[0].shape[2 if self.cross_hnd else 1]
         if self.n_audio_ctx % CROSS_PAGE:
             raise ValueError(f"n_audio_ctx={self.n_audio_ctx} is not a multiple of CROSS_PAGE={CROSS_PAGE}")
         self.self_dtype, self.cross_dtype = k.dtype, cache.cross_k[0].dtype
+        self._probe_cache = cache.cross_k[0]  # any layer's cross cache: compiles the Triton kernel
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
-        self._cross: dict[int, _Planned] = {}
+        self._cross: dict[int, _Planned | None] = {}  # None: the bucket runs the Triton kernel
+        self._triton_config = triton_cross.DEFAULT
         self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
 
     # -- planning (outside graphs) -------------------------------------------------------------
@@ -110,11 +121,22 @@ class FlashInferBackend:
         )  # fmt: skip
         return _Planned(wrapper, last)
 
+    def _triton_rows(self, n_rows: int) -> bool:
+        """This bucket's cross-attention runs the Triton kernel: one program per (row, head) fills the
+        GPU. Below that FlashInfer's split-kv decode was faster (docs/GPU_NOTES.md)."""
+        return self.cross == "triton" and n_rows * self.n_head >= self._triton_config.min_programs
+
     def prepare(self, n_rows: int) -> None:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
         if self.use_self and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
-        if self.use_cross and n_rows not in self._cross:
+        if self._triton_rows(n_rows) and n_rows not in self._cross:
+            # Compile (and load) the kernel for this shape now: never inside a capture.
+            q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
+            k = self._probe_cache
+            triton_cross.cross_attention(q, k, k, self._triton_config)
+            self._cross[n_rows] = None
+        elif self.use_cross and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
                 self._cross[n_rows] = self._plan(n_rows, 1, self.n_audio_ctx, self.cross_dtype, "HND")
             else:
@@ -139,6 +161,10 @@ class FlashInferBackend:
     def cross_attention(self, q, k_cache, v_cache, slots):
         if not self.use_cross:
             return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
+        if slots is not None:
+            raise ValueError("FlashInferBackend steps rows [0, B) as slots [0, B); slots must be None")
+        if self._triton_rows(q.shape[0]):
+            return triton_cross.cross_attention(q, k_cache, v_cache, self._triton_config)
         wrapper = self._cross[q.shape[0]].wrapper
         if self.cross_hnd:
             return wrapper.run(q, (k_cache, v_cache))
