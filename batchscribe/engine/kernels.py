@@ -16,7 +16,7 @@ from batchscribe.model.attention import AttentionBackend, SdpaBackend
 from batchscribe.model.whisper import DecoderCache
 
 # "flashinfer_hnd": FlashInfer over a heads-first cross cache (see flashinfer_backend); "triton_hnd":
-# model/triton_cross's kernel over that cache (FlashInfer for buckets too small to fill the GPU).
+# model/triton_cross's kernel over that cache.
 KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd", "triton_hnd")}
 HND = ("flashinfer_hnd", "triton_hnd")
 
@@ -41,8 +41,8 @@ class AttentionKinds:
         installed: FlashInfer for self-attention (ragged lengths, 2.2x faster than masked SDPA on
         the H200) and over the heads-first cross cache (a large-v3 step at 256 rows: 15.5 ms
         against 19.4 ms over the frames-first one); with an fp8 cache, the Triton kernel over it
-        (3.9-4.0 TB/s against FlashInfer's 3.3; in bf16 it was 5 % slower, so not there). Figures
-        in docs/GPU_NOTES.md. SDPA everywhere else (CPU, float32)."""
+        (3.9-4.0 TB/s against FlashInfer's 3.2-3.3; in bf16 it was 5 % slower, so not there).
+        Figures in docs/GPU_NOTES.md. SDPA everywhere else (CPU, float32)."""
         if cross_kv not in ("auto", "fp8"):
             raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")
         half = dtype in (torch.float16, torch.bfloat16)

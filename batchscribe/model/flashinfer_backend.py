@@ -16,9 +16,9 @@ request (here always 1), not on the last page's length.
 With an HND cross cache (`DecoderCache.cross_hnd`) the cross wrappers read one 1500-frame page per
 slot, heads first: each (row, head) streams its K/V as one contiguous run instead of 64-element
 pieces strided by n_head * head_dim (which for fp8 are 64-byte pieces). With `cross="triton"` over
-an HND cache, buckets whose rows x heads fill the GPU one program each run `triton_cross`'s kernel
-instead (fp8: 3.9-4.0 TB/s against FlashInfer's 3.3 at 256-512 rows, docs/GPU_NOTES.md); smaller
-buckets keep FlashInfer.
+an HND cache, cross-attention runs `triton_cross`'s kernel instead (fp8 under CUDA graphs: 3.9-4.0
+TB/s against FlashInfer's 3.2-3.3 at 128-512 rows, and 1.2-2.3x faster at 4-32 rows;
+docs/GPU_NOTES.md).
 """
 
 from __future__ import annotations
@@ -95,7 +95,6 @@ class FlashInferBackend:
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
         self._cross: dict[int, _Planned | None] = {}  # None: the bucket runs the Triton kernel
-        self._triton_config = triton_cross.DEFAULT
         self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
 
     # -- planning (outside graphs) -------------------------------------------------------------
@@ -121,20 +120,15 @@ class FlashInferBackend:
         )  # fmt: skip
         return _Planned(wrapper, last)
 
-    def _triton_rows(self, n_rows: int) -> bool:
-        """This bucket's cross-attention runs the Triton kernel: one program per (row, head) fills the
-        GPU. Below that FlashInfer's split-kv decode was faster (docs/GPU_NOTES.md)."""
-        return self.cross == "triton" and n_rows * self.n_head >= self._triton_config.min_programs
-
     def prepare(self, n_rows: int) -> None:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
         if self.use_self and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
-        if self._triton_rows(n_rows) and n_rows not in self._cross:
+        if self.cross == "triton" and n_rows not in self._cross:
             # Compile (and load) the kernel for this shape now: never inside a capture.
             q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
             k = self._probe_cache
-            triton_cross.cross_attention(q, k, k, self._triton_config)
+            triton_cross.cross_attention(q, k, k)
             self._cross[n_rows] = None
         elif self.use_cross and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
@@ -163,8 +157,8 @@ class FlashInferBackend:
             return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
         if slots is not None:
             raise ValueError("FlashInferBackend steps rows [0, B) as slots [0, B); slots must be None")
-        if self._triton_rows(q.shape[0]):
-            return triton_cross.cross_attention(q, k_cache, v_cache, self._triton_config)
+        if self.cross == "triton":
+            return triton_cross.cross_attention(q, k_cache, v_cache)
         wrapper = self._cross[q.shape[0]].wrapper
         if self.cross_hnd:
             return wrapper.run(q, (k_cache, v_cache))
