@@ -66,8 +66,8 @@ if triton is not None:
         m_i = tl.full([], float("-inf"), tl.float32)
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HEAD_DIM], tl.float32)
-        for n0 in range(start, stop, BLOCK_N):
-            n = n0 + tl.arange(0, BLOCK_N)
+        for n0 in range(0, CHUNK, BLOCK_N):  # a trip count known at compile time; the mask ends it
+            n = start + n0 + tl.arange(0, BLOCK_N)
             live = n < stop
             offs = base + n[:, None] * stride_kn + d[None, :]  # [BLOCK_N, D]
             k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
