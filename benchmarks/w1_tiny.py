@@ -21,20 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-import jiwer
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
-
-import common
-from batchscribe.api import Transcriber
-from batchscribe.config import DecodeOptions
-from batchscribe.eval.normalize import get_normalizer
-from batchscribe.run import RunOptions, run
+# Everything heavy (torch, transformers, batchscribe's engine) is imported inside the functions:
+# decode worker processes re-run this file's top level as `__mp_main__` (multiprocessing's
+# forkserver), so importing torch here would cost each worker ~2 s before its first item. Under
+# `batchscribe run` that top level is the CLI's console script, which imports in ~0.2 s.
 
 
 def replicate(src: Path, times: int, dst: Path) -> tuple[int, float, dict[str, str]]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pq.read_table(src, columns=["id", "audio", "text", "duration_s"])
     parts = []
     for k in range(times):
@@ -47,13 +43,24 @@ def replicate(src: Path, times: int, dst: Path) -> tuple[int, float, dict[str, s
 
 
 def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
+    import jiwer
+
+    from batchscribe.eval.normalize import get_normalizer
+
     norm = get_normalizer("english")
     keys = sorted(refs)
     return jiwer.wer([norm(refs[k]) for k in keys], [norm(hyps[k]) for k in keys])
 
 
 def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
-         profile_rows: int = 0) -> dict:
+         profile_rows: int = 0, decode_mode: str | None = None) -> dict:
+    import numpy as np
+
+    import common
+    from batchscribe.api import Transcriber
+    from batchscribe.config import DecodeOptions
+    from batchscribe.run import RunOptions, run
+
     decode = DecodeOptions(temperatures=(0.0,))
     attention, cross_kv = config.split(":")
     t0 = time.perf_counter()
@@ -67,7 +74,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     engine.timings.clear()
     engine.decoder.timings.clear()
     with tempfile.TemporaryDirectory() as out:
-        opts = RunOptions(model=model, decode=decode, workers=workers)
+        threads = None if decode_mode is None else decode_mode == "threads"
+        opts = RunOptions(model=model, decode=decode, workers=workers, decode_threads=threads)
         common.sync()
         t0 = time.perf_counter()
         with _profiled(profile_rows, config):
@@ -108,8 +116,12 @@ def _profiled(rows: int, config: str):
 
 
 def peer(parquet: Path, folder: str, batch: int) -> dict:
+    import pyarrow.parquet as pq
     import soundfile as sf
+    import torch
     import transformers
+
+    import common
 
     model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float16).cuda().eval()
     fe = transformers.WhisperFeatureExtractor.from_pretrained(folder)
@@ -138,6 +150,10 @@ def peer(parquet: Path, folder: str, batch: int) -> dict:
 
 
 def main() -> None:
+    import torch
+
+    import common
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parquet", type=Path, required=True)
     ap.add_argument("--replicate", type=int, default=10)
@@ -145,6 +161,8 @@ def main() -> None:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--slots", type=int, default=None)
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--decode", choices=["threads", "processes"], default=None,
+                    help="decode in threads or processes (default: batchscribe's, threads on a GPU)")
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
@@ -163,7 +181,7 @@ def main() -> None:
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
         results = []
         for config in args.configs:
-            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile)
+            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             # Printed now as well: a peer that runs past a time limit must not take these with it.
             print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
