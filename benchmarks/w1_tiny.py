@@ -166,12 +166,18 @@ def main() -> None:
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
+    ap.add_argument("--in-flight-per-worker", type=int, default=None,
+                    help="items handed to each decode worker ahead of their results (diagnosis)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
+    if args.in_flight_per_worker is not None:
+        from batchscribe.audio import pool
+
+        pool.IN_FLIGHT_PER_WORKER = args.in_flight_per_worker
     if args.switch_interval is not None:
         import sys
 

@@ -51,6 +51,8 @@ class _Spilled:
 _Result = tuple[np.ndarray | _Spilled | None, str | None]
 _Pending = deque[tuple[SourceItem, Future[_Result]]]
 DEFAULT_MAX_BUFFERED_BYTES = 1 << 30  # ~4.6 h of decoded 16 kHz float32 audio
+# Items handed to each worker ahead of their results: one running, one queued, so none idles.
+IN_FLIGHT_PER_WORKER = 2
 _SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
@@ -127,11 +129,12 @@ def _decode_pooled(
         spill = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-", dir=RAM_DIR)
     pool = _new_pool(workers, threads)
     pending: _Pending = deque()
+    in_flight = IN_FLIGHT_PER_WORKER * workers
     try:
         source = iter(items)
         exhausted = False
         while True:
-            while not exhausted and _has_room(pending, prefetch, 2 * workers, max_buffered_bytes):
+            while not exhausted and _has_room(pending, prefetch, in_flight, max_buffered_bytes):
                 item = next(source, None)
                 if item is None:
                     exhausted = True
@@ -188,8 +191,8 @@ def _alive(pid: int) -> bool:
 def _has_room(pending: _Pending, prefetch: int, max_undone: int, max_buffered_bytes: int) -> bool:
     """May one more item be submitted? Count, work queued for the workers, and bytes all allow it.
 
-    Decoded sizes are unknown until decoded, so only `max_undone` items (two per worker: one
-    running, one queued, so none idles) are handed out ahead of their results; finished results
+    Decoded sizes are unknown until decoded, so only `max_undone` items (IN_FLIGHT_PER_WORKER per
+    worker) are handed out ahead of their results; finished results
     then wait in order until their bytes reach the budget.
     """
     if not pending:

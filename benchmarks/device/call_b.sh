@@ -4,10 +4,8 @@
 set -u
 commit=$1; shift
 S=$HOME/stage
-mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
-cat .stage/p2/tinypart_00 .stage/p2/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
+bash benchmarks/device/stage_b.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
-mkdir -p ../shared/data && cp -r .stage/p2/data/* ../shared/data/
 timeout 360 python3 -m pytest -q tests/test_gpu.py tests/test_pipeline.py tests/test_triton_cross.py "$@" > $OUT/tests.txt 2>&1
 tail -4 $OUT/tests.txt | cut -c1-300
 # JIT-built FlashInfer modules, for .fiaot/ here (a result folder holds at most 8 files: one tarball).

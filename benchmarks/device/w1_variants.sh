@@ -1,6 +1,11 @@
+#!/usr/bin/env bash
+# W1 variants without the peer (after call_a.sh installed the wheels and call_b.sh staged tiny.en
+# and the data): decode in processes or threads, in-flight depth, switch interval, slots.
+#   bash benchmarks/device/w1_variants.sh COMMIT "VARIANT ARGS" ...
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$1 BATCHSCRIBE_CACHE=$HOME/stage/models
+shift
 cd benchmarks
 P=../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
-for v in "--decode processes --workers 8" "--decode processes --workers 15" "--decode processes --workers 15 --slots 512"; do
-  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append --configs auto:auto auto:fp8 $v 2>&1 | grep -E "host seconds|RTFx" | cut -c1-330
+for v in "$@"; do
+  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx" | cut -c1-330
 done
