@@ -261,3 +261,49 @@ def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     assert made == [(8, True), (31, False)]
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 6)
     assert pool.decode_threads_default() == 3 and pool.default_workers() == 5
+
+
+def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes get short items in chunks once decoded sizes are known (each task's round trip
+    costs the main process the same whatever it carries); threads get one item per task. Order,
+    samples and the item count are unchanged."""
+    from batchscribe.audio import pool
+
+    sizes: dict[bool, list[int]] = {True: [], False: []}
+    real = pool._new_pool
+
+    def counting(workers: int, threads: bool = False):
+        executor = real(workers, threads)
+        submit = executor.submit
+
+        def spy(fn, chunk, *args):
+            sizes[threads].append(len(chunk))
+            return submit(fn, chunk, *args)
+
+        executor.submit = spy
+        return executor
+
+    monkeypatch.setattr(pool, "_new_pool", counting)
+    payloads = [bytes([i % 251]) * (40 + i % 7) for i in range(200)]
+    for threads in (False, True):
+        out = list(decode_stream(_items(payloads), workers=2, prefetch=64, decoder=_bytes_decoder, threads=threads))
+        assert [d.id for d in out] == [f"item{i}" for i in range(200)]
+        for d, p in zip(out, payloads):
+            np.testing.assert_array_equal(d.audio, np.frombuffer(p, np.uint8).astype(np.float32))
+    assert sum(sizes[False]) == 200 and sizes[False][0] == 1 and max(sizes[False]) == 16
+    assert sizes[True] == [1] * 200
+
+
+def test_chunk_sizer_fits_the_budget_share() -> None:
+    from batchscribe.audio.pool import _ChunkSizer
+
+    sizer = _ChunkSizer(chunk_bytes=8000, most=16)
+    assert sizer.items() == 1  # nothing decoded yet: one item per task
+    sizer.observe([(np.zeros(250, np.float32), None), (None, "bad")])  # 1,000 bytes per item
+    assert sizer.items() == 8
+    sizer.observe([(np.zeros(10, np.float32), None)] * 100)
+    assert sizer.items() == 16  # small items: capped
+    big = _ChunkSizer(chunk_bytes=8000, most=16)
+    big.observe([(np.zeros(1 << 20, np.float32), None)])
+    assert big.items() == 1  # an item larger than the share still travels alone
+    assert _ChunkSizer(chunk_bytes=8000, most=1).items() == 1

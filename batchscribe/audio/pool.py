@@ -99,8 +99,10 @@ def decode_stream(
     """Decode `items` in `workers` processes (None: `default_workers()`, or `decode_threads_default()`
     threads with `threads=True`; 0: inline, in this process).
 
-    Worker processes leave each decoded array in a file of a per-run folder (in /dev/shm where
-    there is one) and send back only its path; the folder is removed when the stream ends.
+    Worker processes take short items in chunks (up to MAX_CHUNK_ITEMS per task, once decoded
+    sizes are known), leave each chunk's decoded samples in one file of a per-run folder (in
+    /dev/shm where there is one) and send back only its path and offsets; the folder is removed
+    when the stream ends.
     `threads=True` decodes in threads of this process instead: libsndfile and soxr release the GIL,
     so threads scale across cores with no copy at all and no process start-up (the GPU engine's
     choice). The price is isolation: a decoder that crashes takes the whole process with it.
@@ -108,7 +110,8 @@ def decode_stream(
     Results come out in input order. At most `prefetch` items are submitted and not yet yielded,
     and no new item is submitted while the buffered audio (encoded bytes in flight plus decoded
     results waiting for their turn) exceeds `max_buffered_bytes`, so a run of hours-long files
-    cannot fill memory: the bound is that budget plus two items per worker. `items` is
+    cannot fill memory: the bound is that budget plus two tasks per worker, a task being one item
+    or a chunk sized to a share of the budget (together at most half of it). `items` is
     pulled only as room frees up, so it may be an endless stream. `decoder` replaces
     `batchscribe.audio.decode.decode_audio` (a module-level function; for tests and plug-ins).
     """
