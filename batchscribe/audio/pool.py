@@ -346,8 +346,8 @@ def _new_pool(workers: int, threads: bool = False) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=_context())
 
 
-def _broken_future() -> Future[_Result]:
-    future: Future[_Result] = Future()
+def _broken_future() -> Future[list[_Result]]:
+    future: Future[list[_Result]] = Future()
     future.set_exception(BrokenProcessPool("the decoder pool was already broken"))
     return future
 

@@ -48,7 +48,6 @@ class AttentionKinds:
         half = dtype in (torch.float16, torch.bfloat16)
         if attention == "auto":
             from batchscribe.model.flashinfer_backend import flashinfer_available
-
             from batchscribe.model.triton_cross import triton_available
 
             fast = device.type == "cuda" and half and flashinfer_available()
