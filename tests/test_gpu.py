@@ -32,6 +32,12 @@ def _has_flashinfer() -> bool:
     return flashinfer_available()
 
 
+def _has_triton() -> bool:
+    from batchscribe.model.triton_cross import triton_available
+
+    return triton_available()
+
+
 needs_flashinfer = pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python (the gpu extra)")
 
 ATTENTION = [
@@ -178,6 +184,7 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd) -> None
         torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
 
 
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package (it ships with CUDA torch on Linux)")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("cache_dtype", [None, torch.float8_e4m3fn])
 @pytest.mark.parametrize("n_head,n_rows,min_programs", [(6, 1, 1024), (6, 37, 1), (20, 5, 1024), (20, 256, 1024), (20, 512, 1)])
