@@ -1,6 +1,6 @@
 """Cross-attention kernels head to head: one decode step's cross-attention over a heads-first cache.
 
-    python benchmarks/cross_kernels.py [--rows 512 256 64 16] [--heads 20] [--dtypes fp8 bf16]
+    python benchmarks/cross_kernels.py [--rows 512 256 128 64 32 16 4] [--heads 20] [--dtypes fp8 bf16]
 
 For each batch size and cache dtype it times, over `--layers` distinct caches (so the reads miss L2
 as a real step's 32 layers do): FlashInfer's batch decode over one 1500-frame HND page per row (the
@@ -42,7 +42,7 @@ def timed(fn, layers: int, reps: int) -> float:
     common.sync()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     start.record()
-    for r in range(reps):
+    for _ in range(reps):
         graph.replay()
     end.record()
     common.sync()
