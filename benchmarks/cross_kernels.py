@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import common
+from batchscribe.engine.graphs import replay_seconds
 from batchscribe.model import triton_cross
 
 N_CTX, HEAD_DIM = 1500, 64
@@ -38,15 +39,7 @@ def timed(fn, layers: int, reps: int) -> float:
     with torch.cuda.graph(graph):
         for i in range(layers):
             fn(i)
-    graph.replay()
-    common.sync()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    common.sync()
-    return start.elapsed_time(end) * 1000 / (reps * layers)
+    return replay_seconds(graph, reps) * 1e6 / layers
 
 
 def flashinfer_hnd(q, ks, vs, tensor_cores: bool):

@@ -113,15 +113,20 @@ class GraphRunner:
     def step_seconds(self, repeats: int = 5) -> float:
         """GPU seconds of one greedy step of the largest bucket over the shortest attention length.
         Replaying over free slots is harmless: their rows are inert."""
-        graph = self.graphs[self.buckets[-1], self.kv_buckets[0], False]
-        graph.replay()  # first replay uploads the graph
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(repeats):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000 / repeats
+        return replay_seconds(self.graphs[self.buckets[-1], self.kv_buckets[0], False], repeats)
+
+
+def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
+    """GPU seconds per replay of a captured graph, timed with CUDA events after one untimed replay
+    (the first uploads the graph)."""
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1000 / repeats
 
 
 class EncoderGraphs:

@@ -86,7 +86,7 @@ class FlashInferBackend:
         self.cross_hnd = cache.cross_hnd
         if cross == "triton" and not (self.cross_hnd and triton_cross.triton_available()):
             raise FlashInferUnavailable("the triton cross kernel needs an HND cross cache and the triton package")
-        self.use_self, self.use_cross, self.cross = use_self, cross != "sdpa", cross
+        self.use_self, self.cross = use_self, cross
         self.n_audio_ctx = cache.cross_k[0].shape[2 if self.cross_hnd else 1]
         if self.n_audio_ctx % CROSS_PAGE:
             raise ValueError(f"n_audio_ctx={self.n_audio_ctx} is not a multiple of CROSS_PAGE={CROSS_PAGE}")
@@ -94,7 +94,8 @@ class FlashInferBackend:
         self._probe_cache = cache.cross_k[0]  # any layer's cross cache: compiles the Triton kernel
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
-        self._cross: dict[int, _Planned | None] = {}  # None: the bucket runs the Triton kernel
+        self._cross: dict[int, _Planned] = {}  # FlashInfer cross wrappers per bucket
+        self._compiled: set[int] = set()  # buckets the Triton cross kernel was compiled for
         self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
 
     # -- planning (outside graphs) -------------------------------------------------------------
@@ -124,13 +125,13 @@ class FlashInferBackend:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
         if self.use_self and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
-        if self.cross == "triton" and n_rows not in self._cross:
+        if self.cross == "triton" and n_rows not in self._compiled:
             # Compile (and load) the kernel for this shape now: never inside a capture.
             q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
             k = self._probe_cache
             triton_cross.cross_attention(q, k, k)
-            self._cross[n_rows] = None
-        elif self.use_cross and n_rows not in self._cross:
+            self._compiled.add(n_rows)
+        elif self.cross == "flashinfer" and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
                 self._cross[n_rows] = self._plan(n_rows, 1, self.n_audio_ctx, self.cross_dtype, "HND")
             else:
@@ -153,11 +154,9 @@ class FlashInferBackend:
         return self._self[q.shape[0]].wrapper.run(q, (k_cache, v_cache))  # [B, n_head, head_dim]
 
     def cross_attention(self, q, k_cache, v_cache, slots):
-        if not self.use_cross:
+        if self.cross == "sdpa":
             return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
-        if slots is not None:
-            raise ValueError("FlashInferBackend steps rows [0, B) as slots [0, B); slots must be None")
-        if self.cross == "triton":
+        if self.cross == "triton":  # rows [0, B) are slots [0, B): begin_step refused anything else
             return triton_cross.cross_attention(q, k_cache, v_cache)
         wrapper = self._cross[q.shape[0]].wrapper
         if self.cross_hnd:

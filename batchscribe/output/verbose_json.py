@@ -88,7 +88,10 @@ class Segment:
     def to_dict(self) -> dict[str, Any]:
         # Field by field, not dataclasses.asdict: its deep copy was half of a record's host time,
         # which the GPU engine's thread spends between launches.
-        return {f.name: getattr(self, f.name) for f in fields(self)} | {"tokens": list(self.tokens)}
+        return {name: getattr(self, name) for name in _SEGMENT_FIELDS} | {"tokens": list(self.tokens)}
+
+
+_SEGMENT_FIELDS = tuple(f.name for f in fields(Segment))
 
 
 @dataclass(frozen=True)
