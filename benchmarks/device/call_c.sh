@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Device call C, after calls A and B (carry .stage/p3): W1 on the first 100 train-clean-5 utterances
+# (~13 s each, as BENCHMARKS.md's peer figures) x10, with its transformers peer, after the input
+# pipeline alone on the same data. Extra arguments go to w1_tiny.py.
+set -u
+commit=$1; shift
+export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
+mkdir -p ../shared/data/librispeech && cp .stage/p3/data/librispeech/* ../shared/data/librispeech/
+P=../../shared/data/librispeech/train-clean-5-first100.parquet
+cd benchmarks
+timeout 120 python3 decode_pipeline.py --parquet $P --workers 8 15 --cuda --decoders ${DECODERS:-default} > $OUT/pipeline.txt 2>&1
+cat $OUT/pipeline.txt | cut -c1-200
+timeout 200 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 "$@" > $OUT/w1c.txt 2>&1
+grep -E "host seconds|RTFx|^batchscribe|transformers bs|capture|ratio" $OUT/w1c.txt | cut -c1-420
+cp RESULTS.md $OUT/
