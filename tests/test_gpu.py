@@ -263,3 +263,46 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
         assert any(not torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size
         dec.encode_chunk(audio[:size], slots)
         assert all(torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size
+
+
+def test_decode_threads_upload_audio_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
+    """On the GPU, decode threads copy each decoded item to the device (DeviceUpload) and the engine
+    stages device tensors; the records equal a run whose audio stayed on the host (processes)."""
+    import json
+
+    import numpy as np
+
+    from batchscribe.api import Transcriber
+    from batchscribe.config import DecodeOptions
+    from batchscribe.engine.upload import DeviceUpload
+    from batchscribe.run import RunOptions, run
+
+    decode = DecodeOptions(temperatures=(0.0,))
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
+    upload = t.device_upload()
+    assert isinstance(upload, DeviceUpload) and Transcriber(str(tiny_en_dir), device="cpu").device_upload() is None
+    samples = np.linspace(-1, 1, 1000, dtype=np.float32)
+    on_gpu = upload(samples)
+    assert on_gpu.device.type == "cuda" and np.array_equal(on_gpu.cpu().numpy(), samples)
+    assert upload(np.zeros(upload.max_samples + 1, np.float32)).__class__ is np.ndarray  # long: stays
+
+    uploaded = []
+
+    def counting():
+        def copy(audio):
+            out = upload(audio)
+            uploaded.append(isinstance(out, torch.Tensor))
+            return out
+        return copy
+
+    t.device_upload = counting
+    parquet = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    texts = {}
+    for threads in (True, False):
+        out = tmp_path / f"threads-{threads}"
+        run([str(parquet)], out, RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3),
+            transcriber_factory=lambda _: t)  # fmt: skip
+        records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+        texts[threads] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
+    assert len(uploaded) == 100 and all(uploaded)
+    assert texts[True] == texts[False] and len(texts[True]) == 100

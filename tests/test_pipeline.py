@@ -6,6 +6,8 @@ never waits for the newest steps. These tests run the same code on the CPU with 
 
 from __future__ import annotations
 
+import dataclasses
+
 import io
 
 import numpy as np
@@ -112,9 +114,11 @@ def test_staging_pads_like_pad_or_trim(transcriber) -> None:
                 for i, n in enumerate(lengths)]  # fmt: skip
 
     groups = [group([16000 * 7, 1, N_SAMPLES, 0, N_SAMPLES + 500, 12345]), group([N_SAMPLES - 1, 3]), group([5])]
+    # Audio already on the engine's device (as decode threads upload it on CUDA) is staged alike.
+    groups.append([dataclasses.replace(r, audio=torch.from_numpy(r.audio)) for r in groups[0]])
     staged = [dec._stage(g, list(range(len(g)))[::-1]) for g in groups]
     for requests, got in zip(groups, staged):
-        expected = torch.stack([pad_or_trim(torch.from_numpy(r.audio), N_SAMPLES) for r in requests])
+        expected = torch.stack([pad_or_trim(torch.as_tensor(r.audio), N_SAMPLES) for r in requests])
         assert torch.equal(got.audio, expected)
         assert got.ints[:, 0].tolist() == list(range(len(requests)))[::-1]  # slots
         assert got.floats.tolist() == pytest.approx([r.temperature for r in requests])

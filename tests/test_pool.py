@@ -307,3 +307,43 @@ def test_chunk_sizer_fits_the_budget_share() -> None:
     big.observe([(np.zeros(1 << 20, np.float32), None)])
     assert big.items() == 1  # an item larger than the share still travels alone
     assert _ChunkSizer(chunk_bytes=8000, most=1).items() == 1
+
+
+class _Tagged:
+    """What a transform may return instead of the array (e.g. a GPU tensor): sized, with nbytes."""
+
+    def __init__(self, audio: np.ndarray, thread: str):
+        self.audio, self.thread, self.nbytes = audio, thread, audio.nbytes
+
+    def __len__(self) -> int:
+        return len(self.audio)
+
+
+def _tag(audio: np.ndarray) -> _Tagged:
+    import threading
+
+    if audio.size and audio[0] == 7:
+        raise RuntimeError("out of device memory")  # the item must keep its plain array
+    return _Tagged(audio, threading.current_thread().name)
+
+
+@pytest.mark.parametrize("workers,threads", [(0, False), (2, False), (3, True)])
+def test_transform_runs_where_items_are_decoded(workers: int, threads: bool) -> None:
+    """Threads transform in the thread that decoded the item (the GPU copy happens off the engine's
+    thread); processes on the way back; a failing transform leaves the decoded array."""
+    import threading
+
+    payloads = [bytes([i]) * (i + 1) for i in range(12)]
+    payloads[3] = b"bad"
+    out = list(decode_stream(_items(payloads), workers=workers, prefetch=4, decoder=_bytes_decoder,
+                             threads=threads, transform=_tag))  # fmt: skip
+    assert [d.id for d in out] == [f"item{i}" for i in range(12)]
+    assert out[3].audio is None and out[3].error is not None
+    assert isinstance(out[7].audio, np.ndarray) and out[7].audio.tolist() == [7.0] * 8
+    for i in set(range(12)) - {3, 7}:
+        got = out[i].audio
+        assert isinstance(got, _Tagged) and got.audio.tolist() == [float(i)] * (i + 1)
+        if threads:
+            assert got.thread.startswith("batchscribe-decode")
+        else:
+            assert got.thread == threading.current_thread().name or "read" in got.thread

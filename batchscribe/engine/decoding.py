@@ -10,9 +10,10 @@ free or finished are inert: they neither move nor change their results.
 The host never stops the device to look at it. Admission packs a group's audio and per-slot state
 into one of two alternating host buffers (pinned on CUDA) and sends each with one asynchronous
 copy; padding and the slot set-up are a few vectorised device ops. Collection works on snapshots:
-`snapshot()` queues a copy of the state the host reads into a host buffer and records an event,
-and `finished(wait_snapshot())` later turns that copy's finished rows into results. A slot freed
-and re-admitted after a snapshot was queued is not read from it (per-slot admission generations).
+`advance()` runs a few steps and queues a copy of the state the host reads (packed into one int32
+table on the device, inside the same CUDA graph as the steps) into a host buffer, with an event;
+`finished(wait_snapshot())` later turns that copy's finished rows into results. A slot freed and
+re-admitted after a snapshot was queued is not read from it (per-slot admission generations).
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language
 
 # Columns of an admission pack (int64, one row per admitted window); the prompt row follows them.
 _A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_PROMPT = range(7)
-# Columns of a snapshot (int32, one row per slot); the slot's token buffer follows them.
-_S_RUNNING, _S_HIT_EOT, _S_POSITION, _S_BEGIN, _S_TOKENS = range(5)
+# Columns of a snapshot (int32, one row per slot; the two float32 columns are stored bit for bit),
+# then the slot's token buffer: one table, so one copy to the host per look.
+_S_RUNNING, _S_HIT_EOT, _S_POSITION, _S_BEGIN, _S_LOGPROB, _S_NO_SPEECH, _S_TOKENS = range(7)
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,7 @@ class WindowRequest:
     """One window to decode: up to 30 s of 16 kHz audio and how to decode it."""
 
     key: int  # the caller's handle for this window
-    audio: np.ndarray  # [n <= N_SAMPLES] float32
+    audio: np.ndarray | torch.Tensor  # [n <= N_SAMPLES] float32, on the host or already on the device
     prompt: tuple[int, ...]  # forced prefix; a language placeholder sits at LANGUAGE_POSITION if detecting
     detect_language: bool
     temperature: float
@@ -110,13 +112,16 @@ class _Staged:
 
 @dataclass
 class Snapshot:
-    """A copy of the per-slot state the host reads, taken after some steps (host buffers)."""
+    """A copy of the per-slot state the host reads, taken after some steps (host buffer)."""
 
     ints: torch.Tensor  # [n_slots, _S_TOKENS + n_text_ctx] int32: _S_* columns, then the tokens
-    floats: torch.Tensor  # [n_slots, 2] float32: sum_logprob, no_speech_prob
     ready: torch.cuda.Event | None  # recorded after the copy (CUDA); None on the CPU: copied at once
     n_rows: int = 0  # rows [0, n_rows) were copied: every slot occupied when it was taken
     generation: np.ndarray | None = None  # [n_slots] each slot's admission count when it was taken
+
+
+def _on_host(audio: np.ndarray | torch.Tensor) -> np.ndarray:
+    return audio.cpu().numpy() if isinstance(audio, torch.Tensor) else audio
 
 
 class SlotDecoder:
@@ -153,9 +158,8 @@ class SlotDecoder:
         self._staging_turn = 0
         self._pending: deque[Snapshot] = deque()  # queued snapshots, oldest first
         self._spare: list[Snapshot] = []  # processed snapshots whose buffers can be reused
-        if self._pinned:  # snapshots are packed on the device, then copied out in one piece each
-            self._snap_ints = torch.zeros(n_slots, _S_TOKENS + self.n_ctx, dtype=torch.int32, device=device)
-            self._snap_floats = torch.zeros(n_slots, 2, dtype=torch.float32, device=device)
+        # Snapshots are packed here first (on CUDA, inside the step graphs), then copied out whole.
+        self._pack = torch.zeros(n_slots, _S_TOKENS + self.n_ctx, dtype=torch.int32, device=device)
 
         def zeros(*shape: int, dtype: torch.dtype = torch.long) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype, device=device)
@@ -175,7 +179,8 @@ class SlotDecoder:
         # Host mirror: which window each slot holds and its position (positions advance by exactly
         # one per step while running, so the host can bound attention lengths without a sync).
         self.keys: list[int | None] = [None] * n_slots
-        self.temperatures: list[float] = [0.0] * n_slots
+        self.occupied = np.zeros(n_slots, dtype=bool)  # [S] keys[s] is not None
+        self.temperatures = np.zeros(n_slots, dtype=np.float64)  # [S] 0 for free slots
         self.host_positions = np.zeros(n_slots, dtype=np.int64)
         self.generation = np.zeros(n_slots, dtype=np.int64)  # admissions per slot: stale-snapshot guard
         self.timings: defaultdict[str, float] = defaultdict(float)  # host seconds of admission parts
@@ -192,7 +197,7 @@ class SlotDecoder:
             self.encode_chunk(audio, torch.zeros(size, dtype=torch.long, device=self.device))
 
     def free_slots(self) -> list[int]:
-        return [s for s, key in enumerate(self.keys) if key is None]
+        return np.flatnonzero(~self.occupied).tolist()
 
     @torch.no_grad()
     def admit(self, requests: list[WindowRequest], slots: list[int]) -> None:
@@ -229,6 +234,7 @@ class SlotDecoder:
         for req, slot in zip(requests, slots):
             self.keys[slot] = req.key
             self.temperatures[slot] = req.temperature
+        self.occupied[slots] = True
         self.host_positions[slots] = 0
         self.generation[slots] += 1
 
@@ -244,7 +250,8 @@ class SlotDecoder:
     def _stage(self, requests: list[WindowRequest], slots: list[int]) -> _Staged:
         """Pack the group on the host, send each buffer with one copy, pad the audio on the device.
 
-        Only the real samples cross to the device; zero padding is made there.
+        Only the real samples cross to the device; zero padding is made there. Audio the decode
+        threads already put on the device (engine.upload) is concatenated there instead.
         """
         buf = self._staging[self._staging_turn]
         self._staging_turn ^= 1
@@ -268,12 +275,17 @@ class SlotDecoder:
         for i, req in enumerate(requests):
             ints[i, _A_PROMPT : _A_PROMPT + len(req.prompt)] = req.prompt
         buf.floats[:g].numpy()[:] = [r.temperature for r in requests]
-        if total:
-            np.concatenate([r.audio[:n] for r, n in zip(requests, lengths)], out=buf.audio[:total].numpy())
+        parts = [r.audio[:n] for r, n in zip(requests, lengths)]
+        uploaded = all(isinstance(a, torch.Tensor) and a.device == self.device for a in parts)
+        if total and not uploaded:
+            np.concatenate([_on_host(a) for a in parts], out=buf.audio[:total].numpy())
         # copy=True: on the CPU too, the staged group must not alias a buffer that is reused.
         ints_d = buf.ints[:g].to(self.device, non_blocking=True, copy=True)  # [G, _A_PROMPT + n_ctx]
         floats_d = buf.floats[:g].to(self.device, non_blocking=True, copy=True)  # [G]
-        flat = buf.audio[:total].to(self.device, non_blocking=True)  # [total], consumed below
+        if uploaded:
+            flat = torch.cat(parts) if total else torch.zeros(0, device=self.device)  # [total]
+        else:
+            flat = buf.audio[:total].to(self.device, non_blocking=True)  # [total], consumed below
         if buf.copied is not None:
             buf.copied.record()
         audio = torch.zeros(g, N_SAMPLES, dtype=torch.float32, device=self.device)  # [G, N_SAMPLES]
@@ -304,26 +316,38 @@ class SlotDecoder:
 
     def rows_in_use(self) -> int:
         """Rows [0, n) cover every occupied slot; the CPU path steps only those."""
-        used = [s for s, key in enumerate(self.keys) if key is not None]
-        return used[-1] + 1 if used else 0
+        used = np.flatnonzero(self.occupied)
+        return int(used[-1]) + 1 if used.size else 0
 
     @torch.no_grad()
-    def step(self, n_rows: int) -> None:
-        """One decode step for rows [0, n_rows); pure tensor code from here down."""
-        # Attend only up to the longest row (the host mirror is an upper bound on every position),
-        # rounded up to a captured length on CUDA so eager and graph steps compute alike.
-        kv_len = int(self.host_positions[:n_rows].max()) + 1
+    def step(self, n_rows: int, steps: int = 1) -> None:
+        """`steps` decode steps for rows [0, n_rows), queueing no snapshot."""
+        self._advance(n_rows, steps)
+
+    @torch.no_grad()
+    def advance(self, n_rows: int, steps: int) -> None:
+        """`steps` decode steps for rows [0, n_rows), then queue a snapshot: on CUDA one graph
+        replay (steps and snapshot pack), one copy to the host and one event."""
+        packed = self._advance(n_rows, steps)
+        self.snapshot(packed=packed)
+
+    def _advance(self, n_rows: int, steps: int) -> bool:
+        """The steps; True when a graph also packed the snapshot table."""
+        # Attend only up to the longest row after the last step (the host mirror bounds every
+        # position), rounded up to a captured length on CUDA so eager and graph steps compute alike.
+        kv_len = min(int(self.host_positions[:n_rows].max()) + steps, self.n_ctx)
         if self.kv_buckets:
             kv_len = self.kv_buckets[bisect_left(self.kv_buckets, kv_len)]
-        sample = any(t > 0 for t in self.temperatures[:n_rows])
-        if self.runner is not None:
-            self.runner.replay(n_rows, kv_len, sample)
+        sample = bool((self.temperatures[:n_rows] > 0).any())
+        packed = self.runner is not None and self.runner.steps == steps
+        if packed:
+            self.runner.replay(n_rows, kv_len, sample)  # NOTE: the graph packs `bucket` rows
         else:
-            self._step(n_rows, kv_len, sample)
-        self.host_positions[:n_rows] += np.array(
-            [key is not None for key in self.keys[:n_rows]], dtype=np.int64
-        )
+            for _ in range(steps):
+                self._step(n_rows, kv_len, sample)
+        self.host_positions[:n_rows] += steps * self.occupied[:n_rows]
         np.minimum(self.host_positions, self.n_ctx - 1, out=self.host_positions)
+        return packed
 
     def _step(self, n: int, kv_len: int | None, sample: bool) -> None:
         rows = slice(0, n)
@@ -364,31 +388,34 @@ class SlotDecoder:
 
     # -- collection ----------------------------------------------------------------------------
 
-    def snapshot(self) -> None:
+    def pack_snapshot(self, n: int) -> None:
+        """Pack rows [0, n) of the state the host reads into the int32 snapshot table (device).
+        Pure tensor code: captured at the end of every step graph."""
+        rows, pack = slice(0, n), self._pack  # [S, _S_TOKENS + n_ctx] int32
+        pack[rows, _S_RUNNING].copy_(self.running[rows])
+        pack[rows, _S_HIT_EOT].copy_(self.hit_eot[rows])
+        pack[rows, _S_POSITION].copy_(self.positions[rows])
+        pack[rows, _S_BEGIN].copy_(self.sample_begin[rows])
+        pack[rows, _S_LOGPROB].copy_(self.sum_logprob[rows].view(torch.int32))  # float32 bits
+        pack[rows, _S_NO_SPEECH].copy_(self.no_speech_prob[rows].view(torch.int32))
+        pack[rows, _S_TOKENS:].copy_(self.tokens[rows])
+
+    def snapshot(self, packed: bool = False) -> None:
         """Queue a copy of the state the host reads, for rows [0, rows_in_use()); never waits.
 
-        On CUDA the copy is packed on the device and sent to a pinned buffer behind the steps
-        already queued, with an event to wait on; on the CPU it is made at once.
+        `packed`: a step graph has just packed the table. On CUDA the table goes to a pinned
+        buffer behind the steps already queued, with an event to wait on; on the CPU at once.
         """
         n = self.rows_in_use()
         snap = self._spare.pop() if self._spare else self._new_snapshot()
         snap.n_rows, snap.generation = n, self.generation.copy()
         if n:
-            rows = slice(0, n)
-            ints = self._snap_ints if self._pinned else snap.ints  # [S, _S_TOKENS + n_ctx] int32
-            floats = self._snap_floats if self._pinned else snap.floats  # [S, 2]
-            ints[rows, _S_RUNNING].copy_(self.running[rows])
-            ints[rows, _S_HIT_EOT].copy_(self.hit_eot[rows])
-            ints[rows, _S_POSITION].copy_(self.positions[rows])
-            ints[rows, _S_BEGIN].copy_(self.sample_begin[rows])
-            ints[rows, _S_TOKENS:].copy_(self.tokens[rows])
-            floats[rows, 0].copy_(self.sum_logprob[rows])
-            floats[rows, 1].copy_(self.no_speech_prob[rows])
+            if not packed:
+                self.pack_snapshot(n)
+            # NOTE: the device table is rewritten by the next look's graph; stream order keeps
+            # this copy ahead of it.
+            snap.ints[:n].copy_(self._pack[:n], non_blocking=snap.ready is not None)
             if snap.ready is not None:
-                # NOTE: the device pack is reused by the next snapshot; stream order keeps this
-                # copy ahead of that snapshot's packing.
-                snap.ints[rows].copy_(ints[rows], non_blocking=True)
-                snap.floats[rows].copy_(floats[rows], non_blocking=True)
                 snap.ready.record()
         self._pending.append(snap)
 
@@ -396,7 +423,6 @@ class SlotDecoder:
         pin = self._pinned
         return Snapshot(
             ints=torch.zeros(self.n_slots, _S_TOKENS + self.n_ctx, dtype=torch.int32, pin_memory=pin),
-            floats=torch.zeros(self.n_slots, 2, dtype=torch.float32, pin_memory=pin),
             ready=torch.cuda.Event() if pin else None,
         )
 
@@ -418,7 +444,7 @@ class SlotDecoder:
         snapshot describes an earlier window (or none).
         """
         ints = snap.ints[: snap.n_rows].numpy()  # [n, _S_TOKENS + n_ctx] int32
-        floats = snap.floats[: snap.n_rows].numpy()  # [n, 2]
+        floats = ints[:, _S_LOGPROB : _S_NO_SPEECH + 1].view(np.float32)  # [n, 2] the same bits
         results = []
         for slot in np.flatnonzero(ints[:, _S_RUNNING] == 0).tolist():
             key = self.keys[slot]
@@ -437,11 +463,12 @@ class SlotDecoder:
                     sum_logprob=float(floats[slot, 0]),
                     no_speech_prob=float(floats[slot, 1]),
                     language_token=language,
-                    temperature=self.temperatures[slot],
+                    temperature=float(self.temperatures[slot]),
                     hit_eot=hit_eot,
                 )
             )
             self.keys[slot] = None
+            self.occupied[slot] = False
             self.temperatures[slot] = 0.0  # a free slot never asks for the sampling graphs
             self.host_positions[slot] = 0
         self._spare.append(snap)

@@ -23,7 +23,7 @@ import torch
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE
 from batchscribe.engine.decoding import DecoderSpec, SlotDecoder, WindowRequest, WindowResult
-from batchscribe.engine.graphs import EncoderGraphs, GraphRunner, default_buckets, default_kv_buckets
+from batchscribe.engine.graphs import EncoderGraphs, GraphRunner, default_buckets, default_kv_buckets, one_step_seconds
 from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.model.tokenizer import Tokenizer
@@ -50,7 +50,7 @@ class _Item:
     """Host-side progress of one item through its windows."""
 
     id: str
-    audio: np.ndarray  # [n] float32, 16 kHz
+    audio: np.ndarray | torch.Tensor  # [n] float32, 16 kHz; on the device when decode threads put it there
     language_token: int | None  # forced, or detected on the first window
     seek: int = 0  # mel frames consumed
     temp_index: int = 0
@@ -63,6 +63,13 @@ class _Item:
     @property
     def duration(self) -> float:
         return len(self.audio) / SAMPLE_RATE
+
+
+def _samples(audio: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
+    """[n] float32: a host array, or a 1-D float32 tensor as `DeviceUpload` makes (kept as it is)."""
+    if isinstance(audio, torch.Tensor) and audio.dtype == torch.float32 and audio.dim() == 1:
+        return audio
+    return np.asarray(audio, dtype=np.float32)
 
 
 def decoder_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> DecoderSpec:
@@ -114,11 +121,6 @@ class Engine:
         self.graphs: GraphRunner | None = None
         self.encoder_graphs: EncoderGraphs | None = None
         self.decoder = self._build(model, spec, options, device, n_slots, cuda_graphs)
-        if self.graphs is not None:
-            step = self.graphs.step_seconds()
-            self.check_every = steps_per_check(step)
-            log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
-                     self.graphs.buckets[-1], step * 1e3, self.check_every)  # fmt: skip
         self.forced_language: int | None = None
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
@@ -148,7 +150,11 @@ class Engine:
                 if device.type == "cuda":
                     decoder.warm_up_encoder()
                 if device.type == "cuda" and cuda_graphs:
-                    self.graphs = GraphRunner(decoder, default_buckets(n_slots))
+                    step = one_step_seconds(decoder, n_slots)
+                    self.check_every = steps_per_check(step)
+                    log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
+                             n_slots, step * 1e3, self.check_every)  # fmt: skip
+                    self.graphs = GraphRunner(decoder, default_buckets(n_slots), steps=self.check_every)
                     self.graphs.capture(sample=False)
                     decoder.runner = self.graphs
                     self.encoder_graphs = EncoderGraphs(decoder)
@@ -287,7 +293,7 @@ class Engine:
                     break
                 finally:
                     clock["wait_input"] += time.perf_counter() - t0
-                item = _Item(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
+                item = _Item(item_id, _samples(audio), self.forced_language)
                 if item.content_frames == 0:
                     yield self._record(item)
                     continue
@@ -322,9 +328,7 @@ class Engine:
                     return
                 continue
             t0 = time.perf_counter()
-            for _ in range(self.check_every):
-                dec.step(n_rows)
-            dec.snapshot()
+            dec.advance(n_rows, self.check_every)
             clock["steps"] += self.check_every
             clock["step_launch"] += time.perf_counter() - t0
             yield from collect(self.lag)

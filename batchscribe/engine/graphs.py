@@ -3,8 +3,14 @@
 The SlotDecoder's step reads and writes only persistent tensors (the static caches and the per-slot
 state), so capturing `_step(bucket)` once per bucket size and replaying it is the whole trick: the
 host picks the smallest bucket that covers every occupied slot, and rows inside the bucket that are
-free or finished are inert. Buckets are captured largest first into one shared memory pool (as
-nano-vllm does), so the smaller graphs reuse the largest graph's scratch memory.
+free or finished are inert. One graph holds all the steps the host launches between two looks at
+the finished flags, and then packs the snapshot table the host reads: one launch per look instead
+of a dozen, each of which would wait to reacquire the GIL from the decode threads. Buckets are
+captured largest first into one shared memory pool (as nano-vllm does), so the smaller graphs
+reuse the largest graph's scratch memory.
+
+Captures use `capture_error_mode="thread_local"`: decode threads copy audio to the device on their
+own streams while the engine may capture (the sampling graphs are captured on first use, mid-run).
 """
 
 from __future__ import annotations
@@ -51,16 +57,20 @@ class CapturePlan:
 
 
 class GraphRunner:
-    """Holds one captured decode step per (bucket, attention length) for a SlotDecoder on CUDA.
+    """Holds one captured look per (bucket, attention length): `steps` decode steps of a SlotDecoder
+    on CUDA, then its snapshot pack.
 
     Greedy graphs are captured up front; the sampling variant (which adds the per-row noise over
     the whole vocabulary to every step) only when a window first decodes at a temperature > 0.
     """
 
-    def __init__(self, decoder: SlotDecoder, buckets: list[int]):
+    def __init__(self, decoder: SlotDecoder, buckets: list[int], steps: int = 1):
         if decoder.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; the CPU path steps eagerly")
+        if steps < 1:
+            raise ValueError(f"steps={steps} must be >= 1")
         self.decoder = decoder
+        self.steps = steps
         self.buckets = sorted(buckets)
         self.kv_buckets = decoder.kv_buckets or [decoder.n_ctx]
         self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
@@ -82,14 +92,17 @@ class GraphRunner:
         with torch.cuda.stream(stream):
             for _ in range(2):
                 dec._step(self.buckets[-1], self.kv_buckets[-1], sample)
+            dec.pack_snapshot(self.buckets[-1])
         torch.cuda.current_stream(dec.device).wait_stream(stream)
         torch.cuda.synchronize(dec.device)
         for bucket in reversed(self.buckets):
             dec.backend.prepare(bucket)  # e.g. FlashInfer's plan: host work, never inside a capture
             for kv_len in reversed(self.kv_buckets):
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=self.pool):
-                    dec._step(bucket, kv_len, sample)
+                with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+                    for _ in range(self.steps):
+                        dec._step(bucket, kv_len, sample)
+                    dec.pack_snapshot(bucket)
                 self.pool = graph.pool()
                 self.graphs[bucket, kv_len, sample] = graph
         torch.cuda.synchronize(dec.device)
@@ -97,8 +110,9 @@ class GraphRunner:
         previous = self.plan.capture_seconds if self.plan else 0.0
         self.plan = CapturePlan(tuple(self.buckets), previous + seconds,
                                 torch.cuda.memory_reserved(dec.device) - before)  # fmt: skip
-        log.info("captured %d %s decode graphs (rows %s x kv %s) in %.2f s", len(self.buckets) * len(self.kv_buckets),
-                 "sampling" if sample else "greedy", self.buckets, self.kv_buckets, seconds)  # fmt: skip
+        log.info("captured %d %s decode graphs of %d steps (rows %s x kv %s) in %.2f s",
+                 len(self.buckets) * len(self.kv_buckets), "sampling" if sample else "greedy", self.steps,
+                 self.buckets, self.kv_buckets, seconds)  # fmt: skip
         return self.plan
 
     def bucket_for(self, n_rows: int) -> int:
@@ -110,10 +124,26 @@ class GraphRunner:
             self.capture(sample)
         self.graphs[key].replay()
 
-    def step_seconds(self, repeats: int = 5) -> float:
-        """GPU seconds of one greedy step of the largest bucket over the shortest attention length.
-        Replaying over free slots is harmless: their rows are inert."""
-        return replay_seconds(self.graphs[self.buckets[-1], self.kv_buckets[0], False], repeats)
+
+
+def one_step_seconds(decoder: SlotDecoder, bucket: int, repeats: int = 5) -> float:
+    """GPU seconds of one greedy step of `bucket` rows over the shortest attention length, from a
+    throwaway one-step graph (what the engine needs before it knows how many steps to capture).
+    Stepping free slots is harmless: their rows are inert."""
+    dec = decoder
+    kv_len = (dec.kv_buckets or [dec.n_ctx])[0]
+    dec.backend.prepare(bucket)
+    stream = torch.cuda.Stream(dec.device)
+    stream.wait_stream(torch.cuda.current_stream(dec.device))
+    with torch.cuda.stream(stream):  # warm-up outside the capture, as GraphRunner.capture does
+        dec._step(bucket, kv_len, False)
+    torch.cuda.current_stream(dec.device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        dec._step(bucket, kv_len, False)
+    seconds = replay_seconds(graph, repeats)
+    del graph
+    return seconds
 
 
 def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
@@ -160,7 +190,7 @@ class EncoderGraphs:
             self.audio[size] = torch.zeros(size, N_SAMPLES, dtype=torch.float32, device=dec.device)
             self.slot_ids[size] = torch.zeros(size, dtype=torch.long, device=dec.device)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=pool):
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"):
                 dec.encode_chunk(self.audio[size], self.slot_ids[size])
             pool = graph.pool()
             self.graphs[size] = graph
