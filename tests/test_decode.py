@@ -5,12 +5,16 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import sys
+import types
+from collections.abc import Iterator
 from pathlib import Path
 
 import av
 import numpy as np
 import pytest
 import soundfile as sf
+import soxr
 
 from batchscribe.audio.decode import AudioDecodeError, audio_duration, decode_audio, read_audio
 
@@ -277,8 +281,8 @@ def test_bytes_reach_libsndfile_as_a_file_and_leave_none_behind(tmp_path: Path, 
     opened: list[object] = []
     real = decode._read_soundfile
     monkeypatch.setattr(decode, "_read_soundfile", lambda source: opened.append(source) or real(source))
-    buf = io.BytesIO()
-    sf.write(buf, np.linspace(-0.5, 0.5, 16000, dtype=np.float32), 16000, format="FLAC")
+    buf = io.BytesIO()  # WAV: FLAC goes to dr_flac first (below)
+    sf.write(buf, np.linspace(-0.5, 0.5, 16000, dtype=np.float32), 16000, format="WAV", subtype="PCM_16")
     audio = decode_audio(buf.getvalue())
     assert audio.shape == (16000,) and np.allclose(audio, np.linspace(-0.5, 0.5, 16000), atol=1e-4)
     assert [Path(str(s)).parent for s in opened] == [spill]
@@ -289,3 +293,210 @@ def test_bytes_reach_libsndfile_as_a_file_and_leave_none_behind(tmp_path: Path, 
     opened.clear()
     assert np.array_equal(decode_audio(buf.getvalue()), audio)
     assert len(opened) == 1 and isinstance(opened[0], io.BytesIO)
+
+
+# --- FLAC through dr_flac (miniaudio), and the output-buffer hook ---
+
+
+@pytest.fixture
+def dr_flac() -> Iterator[None]:
+    """miniaudio with the ma_dr_flac_* API, and a fresh import probe before and after the test."""
+    pytest.importorskip("miniaudio", minversion="1.70")
+    from batchscribe.audio import decode
+
+    decode._dr_flac_api.cache_clear()
+    yield
+    decode._dr_flac_api.cache_clear()
+
+
+@pytest.fixture
+def no_miniaudio(monkeypatch: pytest.MonkeyPatch, dr_flac: None) -> None:
+    """`import miniaudio` raises ImportError, as when it is not installed."""
+    monkeypatch.setitem(sys.modules, "miniaudio", None)
+
+
+def flac_bytes(samples: np.ndarray, rate: int, subtype: str = "PCM_16") -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, samples, rate, format="FLAC", subtype=subtype)
+    return buf.getvalue()
+
+
+def noisy_tones(rate: int, channels: int, seconds: float = 1.3) -> np.ndarray:
+    """[frames, channels] float32: a different tone per channel plus noise, so every bit varies."""
+    rng = np.random.default_rng(rate + channels)
+    tones = [sine(rate, seconds, freq=220.0 * (c + 1), amp=0.4) for c in range(channels)]
+    noise = 0.2 * rng.standard_normal((tones[0].size, channels))
+    return np.clip(np.stack(tones, axis=1) + noise, -1.0, 1.0).astype(np.float32)
+
+
+def soundfile_reference(data: bytes) -> np.ndarray:
+    """libsndfile's float32 samples, channels averaged in float32, soxr HQ to 16 kHz."""
+    frames, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    mono = frames.mean(axis=1, dtype=np.float32) if frames.shape[1] > 1 else frames[:, 0]
+    if rate != RATE:
+        mono = soxr.resample(np.ascontiguousarray(mono), rate, RATE, quality="HQ").astype(np.float32)
+    return mono
+
+
+def unknown_length(flac: bytes) -> bytes:
+    """The FLAC with STREAMINFO's 36-bit total-samples field zeroed ("unknown", as streaming encoders leave it)."""
+    data = bytearray(flac)
+    assert data[:4] == b"fLaC" and data[4] & 0x7F == 0  # STREAMINFO, at bytes 8..41
+    data[21] &= 0xF0  # the low nibble of byte 21 and bytes 22..25 hold the total
+    data[22:26] = bytes(4)
+    return bytes(data)
+
+
+def failure_message(data: bytes) -> str:
+    with pytest.raises(AudioDecodeError) as info:
+        decode_audio(data)
+    return str(info.value)
+
+
+def test_librispeech_flac_dr_flac_equals_libsndfile_exactly(shared_data: Path, dr_flac: None) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet")
+    cells = table.column("audio").to_pylist()
+    assert len(cells) == 100
+    for cell in cells:
+        expected, rate = sf.read(io.BytesIO(cell["bytes"]), dtype="float32")
+        got = read_audio(cell["bytes"])
+        assert (got.decoder, got.source_rate, got.channels, rate) == ("dr_flac", RATE, 1, RATE)
+        np.testing.assert_array_equal(got.samples, expected)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_16", "PCM_24", "PCM_S8"])
+@pytest.mark.parametrize("channels", [1, 2])
+@pytest.mark.parametrize("rate", [RATE, 44_100])
+def test_generated_flac_dr_flac_equals_soundfile_path(
+    tmp_path: Path, dr_flac: None, subtype: str, channels: int, rate: int
+) -> None:
+    data = flac_bytes(noisy_tones(rate, channels), rate, subtype)
+    expected = soundfile_reference(data)
+    path = tmp_path / "x.flac"
+    path.write_bytes(data)
+    for source in (data, bytearray(data), memoryview(data), path, str(path)):
+        got = read_audio(source)
+        assert (got.decoder, got.source_rate, got.channels) == ("dr_flac", rate, channels)
+        assert got.samples.dtype == np.float32 and got.samples.flags.c_contiguous
+        np.testing.assert_array_equal(got.samples, expected)
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9, 0.99])
+def test_truncated_flac_raises_the_soundfile_paths_error(
+    monkeypatch: pytest.MonkeyPatch, dr_flac: None, cut: float
+) -> None:
+    """dr_flac decodes short, so the file goes on to libsndfile and FFmpeg: the same message as without dr_flac."""
+    from batchscribe.audio import decode
+
+    data = flac_bytes(noisy_tones(RATE, 1, seconds=3.0), RATE)
+    data = data[: int(len(data) * cut)]
+    with_dr_flac = failure_message(data)
+    monkeypatch.setitem(sys.modules, "miniaudio", None)  # as if not installed
+    decode._dr_flac_api.cache_clear()
+    assert failure_message(data) == with_dr_flac
+    assert "cannot be decoded" in with_dr_flac and "flac decoder lost sync" in with_dr_flac
+
+
+def test_corrupt_flac_frame_falls_back_to_ffmpeg(dr_flac: None) -> None:
+    """A bit flip mid-stream fails dr_flac's frame CRC: FFmpeg decodes it, as it did without dr_flac."""
+    clean = flac_bytes(noisy_tones(RATE, 1, seconds=3.0), RATE)
+    data = bytearray(clean)
+    data[len(data) // 2] ^= 0xFF
+    got = read_audio(bytes(data))
+    assert (got.decoder, got.samples.size) == ("pyav", 3 * RATE)
+    expected = soundfile_reference(clean)
+    damaged = got.samples != expected
+    assert 0 < damaged.sum() < RATE // 2  # one block (<= 4096 frames) concealed, the rest exact
+
+
+@pytest.mark.parametrize("channels", [1, 2])
+def test_flac_of_unknown_length_decodes_through_the_fallback(dr_flac: None, channels: int) -> None:
+    from miniaudio import ffi, lib
+
+    clean = flac_bytes(noisy_tones(RATE, channels), RATE, "PCM_24")
+    data = unknown_length(clean)
+    handle = lib.ma_dr_flac_open_memory(data, len(data), ffi.NULL)
+    assert handle != ffi.NULL and handle.totalPCMFrameCount == 0
+    lib.ma_dr_flac_close(handle)
+    got = read_audio(data)
+    assert (got.decoder, got.channels) == ("pyav", channels)  # libsndfile cannot size the read either
+    np.testing.assert_array_equal(got.samples, soundfile_reference(clean))
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "decoder"),
+    [
+        ("mono 16 kHz FLAC (decoded in place)", flac_bytes(noisy_tones(RATE, 1), RATE), "dr_flac"),
+        ("stereo 44.1 kHz FLAC (copied)", flac_bytes(noisy_tones(44_100, 2), 44_100, "PCM_24"), "dr_flac"),
+        ("mono 16 kHz WAV (copied)", wav_bytes(noisy_tones(RATE, 1), RATE, "PCM_16"), "soundfile"),
+        ("stereo 22.05 kHz WAV (copied)", wav_bytes(noisy_tones(22_050, 2), 22_050, "FLOAT"), "soundfile"),
+    ],
+)
+def test_allocate_receives_the_samples(dr_flac: None, name: str, data: bytes, decoder: str) -> None:
+    expected = soundfile_reference(data)
+    arena = np.full(expected.size + 64, np.nan, np.float32)  # guard NaNs around the caller's slot
+    calls: list[int] = []
+
+    def allocate(n_samples: int) -> np.ndarray:
+        calls.append(n_samples)
+        return arena[32 : 32 + n_samples]
+
+    got = read_audio(data, allocate=allocate)
+    assert got.decoder == decoder and calls == [expected.size]
+    assert np.shares_memory(got.samples, arena) and got.samples.ctypes.data == arena[32:].ctypes.data
+    np.testing.assert_array_equal(got.samples, expected)
+    np.testing.assert_array_equal(got.samples, decode_audio(data))
+    assert np.isnan(arena[:32]).all() and np.isnan(arena[32 + expected.size :]).all()  # nothing written outside
+
+
+def test_allocate_once_when_the_flac_falls_back(dr_flac: None) -> None:
+    """dr_flac sized the caller's array from the header and decoded short: FFmpeg's samples reuse it."""
+    data = bytearray(flac_bytes(noisy_tones(RATE, 1, seconds=3.0), RATE))
+    data[len(data) // 2] ^= 0xFF
+    given: list[np.ndarray] = []
+    got = read_audio(bytes(data), allocate=lambda n: given.append(np.empty(n, np.float32)) or given[-1])
+    assert got.decoder == "pyav" and len(given) == 1 and got.samples is given[0]
+
+
+def test_allocate_must_return_a_writable_float32_vector(dr_flac: None) -> None:
+    data = flac_bytes(noisy_tones(RATE, 1), RATE)
+    for bad in (lambda n: np.empty(n, np.float64), lambda n: np.empty(n + 1, np.float32),
+                lambda n: np.empty(2 * n, np.float32)[::2], lambda n: np.frombuffer(bytes(4 * n), np.float32)):
+        with pytest.raises(ValueError, match="must return a writable, C-contiguous float32 numpy array"):
+            decode_audio(data, allocate=bad)
+
+
+def test_flac_without_miniaudio_goes_to_soundfile(no_miniaudio: None) -> None:
+    data = flac_bytes(noisy_tones(44_100, 2), 44_100)
+    got = read_audio(data)
+    assert (got.decoder, got.channels, got.source_rate) == ("soundfile", 2, 44_100)
+    np.testing.assert_array_equal(got.samples, soundfile_reference(data))
+    allocated: list[np.ndarray] = []
+    samples = decode_audio(data, allocate=lambda n: allocated.append(np.empty(n, np.float32)) or allocated[-1])
+    assert len(allocated) == 1 and samples is allocated[0]
+    np.testing.assert_array_equal(samples, got.samples)
+
+
+def test_flac_with_old_miniaudio_goes_to_soundfile(monkeypatch: pytest.MonkeyPatch, dr_flac: None) -> None:
+    """miniaudio < 1.70 names the API drflac_*: it is not used."""
+    old = types.SimpleNamespace(ffi=object(), lib=types.SimpleNamespace(drflac_open_memory=None))
+    monkeypatch.setitem(sys.modules, "miniaudio", old)
+    data = flac_bytes(noisy_tones(RATE, 1), RATE)
+    got = read_audio(data)
+    assert got.decoder == "soundfile"
+    np.testing.assert_array_equal(got.samples, soundfile_reference(data))
+
+
+def test_flac_declaring_an_implausible_length_is_not_sized_from_its_header(dr_flac: None) -> None:
+    """A corrupt header claiming ~2^36 frames in a few KB: allocate is never asked for that many."""
+    data = bytearray(flac_bytes(noisy_tones(RATE, 1, seconds=0.2), RATE))
+    data[21] |= 0x0F
+    data[22:26] = b"\xff" * 4
+    calls: list[int] = []
+    try:
+        decode_audio(bytes(data), allocate=lambda n: calls.append(n) or np.empty(n, np.float32))
+    except AudioDecodeError:
+        pass
+    assert all(n < 10 * RATE for n in calls)

@@ -1,7 +1,11 @@
 """Encoded audio (bytes or a path) -> mono float32 samples at 16 kHz.
 
-soundfile (libsndfile: wav, flac, ogg vorbis, mp3, aiff, ...) is tried first because it is
-fast and exact; PyAV (FFmpeg) reads the rest (ogg opus, m4a/aac, webm, mp4, wma, ...).
+FLAC goes to dr_flac (the `miniaudio` package; without it, to libsndfile): one C call, GIL
+released, straight into the output buffer, bit-for-bit equal to libsndfile's float32, and 1.5x the
+input pipeline's throughput on LibriSpeech (H200 host, 8 threads: 17,900 vs 11,900 audio s/s).
+soundfile (libsndfile: wav, flac, ogg vorbis, mp3, aiff, ...) is tried next because it is fast and
+exact, and reads any FLAC dr_flac does not decode cleanly; PyAV (FFmpeg) reads the rest (ogg opus,
+m4a/aac, webm, mp4, wma, ...).
 Channels are averaged, integer formats scaled to [-1, 1], other rates resampled with soxr (HQ).
 
 Pure functions: they run in decoder worker processes. Every failure is an `AudioDecodeError`
@@ -10,6 +14,7 @@ whose message names the problem and the fix; the caller turns it into an error r
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import tempfile
@@ -25,6 +30,9 @@ import soxr
 from batchscribe.constants import SAMPLE_RATE
 
 AudioInput = bytes | bytearray | memoryview | str | os.PathLike
+# n_samples -> a writable, C-contiguous [n_samples] float32 array for the samples (caller memory).
+Allocate = Callable[[int], np.ndarray]
+DecoderName = Literal["dr_flac", "soundfile", "pyav"]
 
 # A decode that comes up this much short of the header's frame count is a truncated file. The
 # slack absorbs MP3 length estimates (no Xing header), which may be off by a few frames.
@@ -33,6 +41,16 @@ _TRUNCATION_MIN_S = 0.25  # seconds
 # FFmpeg containers whose header states the duration; for others FFmpeg may only estimate it
 # (e.g. ADTS AAC from the bitrate), which would make good files look truncated.
 _EXACT_DURATION_FORMATS = frozenset({"matroska", "webm", "mov", "mp4"})
+_FLAC_MAGIC = b"fLaC"
+# miniaudio 1.70 (miniaudio.h 0.11.25) is the first release with these names; older ones: drflac_*.
+_DR_FLAC_SYMBOLS = ("ma_dr_flac_open_memory", "ma_dr_flac_open_file", "ma_dr_flac_read_pcm_frames_f32",
+                    "ma_dr_flac_close")
+# Every FLAC frame takes at least ~10 bytes (frame header, CRC-8, a constant subframe, CRC-16) and
+# holds at most the stream's max block size, so a header declaring more frames than this per byte
+# is corrupt; such a file is left to libsndfile rather than sizing the caller's buffer from it.
+_FLAC_MIN_FRAME_BYTES = 8
+# libsndfile's frame count when the header does not state the length (SF_COUNT_MAX).
+_SF_UNKNOWN_FRAMES = 2**63 - 1
 
 
 class AudioDecodeError(ValueError):
@@ -41,11 +59,11 @@ class AudioDecodeError(ValueError):
 
 @dataclass(frozen=True)
 class DecodedAudio:
-    samples: np.ndarray  # [n_samples] float32, mono, at sample_rate
+    samples: np.ndarray  # [n_samples] float32, mono, at sample_rate; caller memory with `allocate`
     sample_rate: int
     source_rate: int  # the file's own rate before resampling
     channels: int  # the file's channel count before averaging
-    decoder: Literal["soundfile", "pyav"]
+    decoder: DecoderName
 
 
 class _DecoderFailed(Exception):
@@ -56,9 +74,15 @@ class _DecoderFailed(Exception):
         self.declared_frames = declared_frames
 
 
-def decode_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """Encoded bytes or a file path -> [n_samples] float32 mono at `sample_rate` (default 16 kHz)."""
-    return read_audio(data, sample_rate=sample_rate).samples
+def decode_audio(
+    data: AudioInput, *, sample_rate: int = SAMPLE_RATE, allocate: Allocate | None = None
+) -> np.ndarray:
+    """Encoded bytes or a file path -> [n_samples] float32 mono at `sample_rate` (default 16 kHz).
+
+    With `allocate`, the samples land in caller memory and the result may be a view of it: see
+    `read_audio`.
+    """
+    return read_audio(data, sample_rate=sample_rate, allocate=allocate).samples
 
 
 def audio_duration(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float:
@@ -66,12 +90,34 @@ def audio_duration(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> float
     return samples.shape[-1] / sample_rate
 
 
-def read_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> DecodedAudio:
-    """Like `decode_audio`, also reporting the source rate, channel count and which decoder read it."""
+def read_audio(
+    data: AudioInput, *, sample_rate: int = SAMPLE_RATE, allocate: Allocate | None = None
+) -> DecodedAudio:
+    """Like `decode_audio`, also reporting the source rate, channel count and which decoder read it.
+
+    `allocate(n_samples)` (optional) returns a writable, C-contiguous [n_samples] float32 array,
+    e.g. a numpy view of pinned host memory, and the returned samples are then caller memory: that
+    array itself. A mono FLAC at `sample_rate` is decoded straight into it, sized from the header;
+    anything else is copied into it once, at the end. It is called once per decode, except for a
+    corrupt mono FLAC that dr_flac decodes short: the fallback decoder's samples then reuse the
+    array, or a leading slice of it when fewer, or (more samples) ask for a second array. On
+    AudioDecodeError an array may have been allocated and left unused.
+    """
     if not isinstance(sample_rate, int) or sample_rate <= 0:
         raise ValueError(f"sample_rate={sample_rate!r} must be a positive integer number of Hz")
-    label, opener = _open_input(data)
+    label, opener, flac = _open_input(data)
+    allocate = None if allocate is None else _allocate_once(allocate)
+    if flac is not None and (decoded := _read_dr_flac(flac, label, sample_rate, allocate)) is not None:
+        return decoded
     frames, rate, decoder = _decode_any(label, opener)  # frames: [n, channels] float32
+    return _to_mono(label, frames, rate, decoder, sample_rate, allocate)
+
+
+def _to_mono(
+    label: str, frames: np.ndarray, rate: int, decoder: DecoderName, sample_rate: int,
+    allocate: Allocate | None,
+) -> DecodedAudio:
+    """[n, channels] float32 at `rate` -> checked mono samples at `sample_rate`, in `allocate`'s array."""
     if frames.shape[0] == 0:
         raise AudioDecodeError(
             f"{label}: decoded 0 samples (the file is well formed but holds no audio); "
@@ -103,11 +149,109 @@ def read_audio(data: AudioInput, *, sample_rate: int = SAMPLE_RATE) -> DecodedAu
             f"{label}: {frames.shape[0]} samples at {rate} Hz are shorter than one sample at "
             f"{sample_rate} Hz (zero duration); drop this item"
         )
+    if allocate is not None:
+        out = allocate(mono.shape[0])  # [n_samples] float32, caller memory
+        np.copyto(out, mono)
+        mono = out
     return DecodedAudio(mono, sample_rate, rate, channels, decoder)
 
 
-def _open_input(data: AudioInput) -> tuple[str, Callable[[], object]]:
-    """Check the input and return (label for messages, zero-arg callable giving a fresh source)."""
+def _allocate_once(allocate: Allocate) -> Allocate:
+    """`allocate` with its arrays checked, asked at most once for any size it already gave.
+
+    dr_flac sizes the caller's buffer from the FLAC header before decoding; when it then decodes
+    short, the fallback decoder's samples (that length or less) reuse the buffer rather than
+    taking a second one.
+    """
+    given: list[np.ndarray] = []  # the caller's array, once allocated
+
+    def once(n_samples: int) -> np.ndarray:
+        if given and given[0].shape[0] >= n_samples:
+            return given[0] if given[0].shape[0] == n_samples else given[0][:n_samples]
+        out = allocate(n_samples)
+        if not (
+            isinstance(out, np.ndarray) and out.dtype == np.float32 and out.shape == (n_samples,)
+            and out.flags.c_contiguous and out.flags.writeable
+        ):
+            got = f"{type(out).__name__} {getattr(out, 'dtype', '')} {getattr(out, 'shape', '')}"
+            raise ValueError(
+                f"allocate({n_samples}) returned {got.strip()}; it must return a writable, "
+                f"C-contiguous float32 numpy array of shape ({n_samples},)"
+            )
+        given[:] = [out]
+        return out
+
+    return once
+
+
+@functools.cache
+def _dr_flac_api() -> tuple[Any, Any] | None:
+    """miniaudio's cffi (ffi, lib), or None when miniaudio is missing or predates ma_dr_flac_*.
+
+    Imported on first use, once per process: miniaudio is optional, and FLAC then goes to libsndfile.
+    """
+    try:
+        from miniaudio import ffi, lib
+    except ImportError:
+        return None
+    if not all(hasattr(lib, name) for name in _DR_FLAC_SYMBOLS):
+        return None
+    return ffi, lib
+
+
+def _read_dr_flac(
+    source: bytes | Path, label: str, sample_rate: int, allocate: Allocate | None
+) -> DecodedAudio | None:
+    """A FLAC decoded by dr_flac in one C call (GIL released), or None to leave it to libsndfile.
+
+    None when miniaudio is unavailable, dr_flac cannot open the data, the header states no (0) or
+    an implausible length, or fewer frames decode than it declares (truncated or corrupt): the
+    soundfile -> PyAV chain then decodes it or raises its usual error.
+    """
+    api = _dr_flac_api()
+    if api is None:
+        return None
+    ffi, lib = api
+    if isinstance(source, Path):
+        try:
+            n_bytes = source.stat().st_size
+        except OSError:
+            return None  # gone since it was checked: libsndfile names the problem
+        handle = lib.ma_dr_flac_open_file(os.fsencode(source), ffi.NULL)  # read by C stdio, not Python
+    else:
+        # NOTE: dr_flac reads this memory in place until closed; `source` (bytes) outlives it.
+        memory = ffi.from_buffer(source)
+        n_bytes, handle = len(memory), lib.ma_dr_flac_open_memory(memory, len(memory), ffi.NULL)
+    if handle == ffi.NULL:
+        return None
+    try:
+        n, channels, rate = handle.totalPCMFrameCount, handle.channels, handle.sampleRate
+        if not 0 < n <= (n_bytes // _FLAC_MIN_FRAME_BYTES + 1) * handle.maxBlockSizeInPCMFrames:
+            return None
+        # Mono at the target rate is already the result: decode into the caller's array directly.
+        direct = channels == 1 and rate == sample_rate
+        try:
+            if direct:
+                frames = np.empty(n, np.float32) if allocate is None else allocate(n)  # [n] float32
+            else:
+                frames = np.empty((n, channels), np.float32)  # [n, channels] float32
+        except MemoryError:  # a huge declared length that still passed the plausibility bound
+            return None
+        out = ffi.from_buffer("float[]", frames, require_writable=True)
+        decoded = lib.ma_dr_flac_read_pcm_frames_f32(handle, n, out)  # interleaved, ints * 2^-(bits-1)
+    finally:
+        lib.ma_dr_flac_close(handle)
+    if decoded != n:
+        return None
+    if direct:
+        # Integer PCM scaled to [-1, 1): finite, and n > 0, so _to_mono's checks cannot fail.
+        return DecodedAudio(frames, sample_rate, rate, 1, "dr_flac")
+    return _to_mono(label, frames, rate, "dr_flac", sample_rate, allocate)
+
+
+def _open_input(data: AudioInput) -> tuple[str, Callable[[], object], bytes | Path | None]:
+    """Check the input -> (label for messages, zero-arg callable giving a fresh source, the bytes
+    or path again when they hold FLAC, for dr_flac)."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         raw = bytes(data)
         if not raw:
@@ -115,7 +259,8 @@ def _open_input(data: AudioInput) -> tuple[str, Callable[[], object]]:
                 "empty audio: 0 bytes; the item has no audio data (check the audio column, "
                 "or give a file path instead)"
             )
-        return f"{len(raw)} bytes of audio (starting {raw[:8]!r})", lambda: io.BytesIO(raw)
+        flac = raw if raw.startswith(_FLAC_MAGIC) else None
+        return f"{len(raw)} bytes of audio (starting {raw[:8]!r})", lambda: io.BytesIO(raw), flac
     if isinstance(data, (str, os.PathLike)):
         path = Path(os.fspath(data)).expanduser()
         label = f"audio file {str(path)!r}"
@@ -130,20 +275,18 @@ def _open_input(data: AudioInput) -> tuple[str, Callable[[], object]]:
                                    "give an audio file, or copy the stream to one first")
         try:
             with open(path, "rb") as handle:
-                empty = not handle.read(1)
+                head = handle.read(len(_FLAC_MAGIC))
         except OSError as exc:
             raise AudioDecodeError(f"{label} cannot be read ({exc.strerror}); fix its permissions") from exc
-        if empty:
+        if not head:
             raise AudioDecodeError(f"{label} is empty (0 bytes); re-create or drop it")
-        return label, lambda: str(path)
+        return label, lambda: str(path), path if head == _FLAC_MAGIC else None
     raise AudioDecodeError(
         f"audio of type {type(data).__name__} cannot be decoded; pass encoded bytes or a file path"
     )
 
 
-def _decode_any(
-    label: str, opener: Callable[[], object]
-) -> tuple[np.ndarray, int, Literal["soundfile", "pyav"]]:
+def _decode_any(label: str, opener: Callable[[], object]) -> tuple[np.ndarray, int, DecoderName]:
     """Try soundfile, then PyAV; raise AudioDecodeError quoting both when neither reads it."""
     try:
         frames, rate, declared = _read_soundfile_native(opener())
@@ -250,6 +393,11 @@ def _read_soundfile(source: object) -> tuple[np.ndarray, int, int]:
             # (6.5 ms) late; FFmpeg trims it as RFC 7845 says.
             raise _DecoderFailed("Ogg Opus is left to FFmpeg (libsndfile ignores the Opus pre-skip)")
         declared, rate = handle.frames, handle.samplerate
+        if declared == _SF_UNKNOWN_FRAMES:
+            # NOTE: soundfile sizes its read from the header and seeks after it, so a stream of
+            # unknown length (a FLAC whose encoder could not seek back to fill in STREAMINFO)
+            # fails to read; FFmpeg reads it, and no declared length may flag it as truncated.
+            raise _DecoderFailed("the header does not state the length; left to FFmpeg")
         try:
             frames = handle.read(dtype="float32", always_2d=True)  # ints scaled to [-1, 1)
         except Exception as exc:
