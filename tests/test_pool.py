@@ -54,6 +54,8 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
     items[6] = SourceItem("missing-file", None, str(tmp_path / "nowhere.flac"), None, {})
     items.append(SourceItem("no-audio", None, None, None, {}))
+    # A view of a buffer, as Parquet sources give (decoded in place by threads, copied for processes).
+    items[1] = SourceItem(items[1].id, memoryview(items[1].audio_bytes or b""), items[1].path, items[1].text, {})
 
     out = list(decode_stream(items, workers=workers, prefetch=3, threads=threads))
 
@@ -64,7 +66,7 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
             assert dec.audio is None and dec.error is not None and dec.error.startswith(f"{item.id}: ")
             continue
         assert dec.error is None and dec.text == item.text and dec.source_path == item.path
-        reference, rate = sf.read(io.BytesIO(item.audio_bytes or b""), dtype="float32")
+        reference, rate = sf.read(io.BytesIO(bytes(item.audio_bytes or b"")), dtype="float32")
         assert rate == 16000
         assert dec.audio is not None and dec.audio.dtype == np.float32 and dec.audio.shape == reference.shape
         np.testing.assert_allclose(dec.audio, reference, atol=1e-6)

@@ -200,7 +200,7 @@ def _dr_flac_api() -> tuple[Any, Any] | None:
 
 
 def _read_dr_flac(
-    source: bytes | Path, label: str, sample_rate: int, allocate: Allocate | None
+    source: bytes | memoryview | Path, label: str, sample_rate: int, allocate: Allocate | None
 ) -> DecodedAudio | None:
     """A FLAC decoded by dr_flac in one C call (GIL released), or None to leave it to libsndfile.
 
@@ -219,7 +219,7 @@ def _read_dr_flac(
             return None  # gone since it was checked: libsndfile names the problem
         handle = lib.ma_dr_flac_open_file(os.fsencode(source), ffi.NULL)  # read by C stdio, not Python
     else:
-        # NOTE: dr_flac reads this memory in place until closed; `source` (bytes) outlives it.
+        # NOTE: dr_flac reads this memory in place until closed; `source` outlives it.
         memory = ffi.from_buffer(source)
         n_bytes, handle = len(memory), lib.ma_dr_flac_open_memory(memory, len(memory), ffi.NULL)
     if handle == ffi.NULL:
@@ -249,18 +249,21 @@ def _read_dr_flac(
     return _to_mono(label, frames, rate, "dr_flac", sample_rate, allocate)
 
 
-def _open_input(data: AudioInput) -> tuple[str, Callable[[], object], bytes | Path | None]:
+def _open_input(data: AudioInput) -> tuple[str, Callable[[], object], bytes | memoryview | Path | None]:
     """Check the input -> (label for messages, zero-arg callable giving a fresh source, the bytes
     or path again when they hold FLAC, for dr_flac)."""
     if isinstance(data, (bytes, bytearray, memoryview)):
-        raw = bytes(data)
-        if not raw:
+        # A flat byte view (Parquet's cells are views of Arrow's buffer) is read in place.
+        flat = isinstance(data, memoryview) and data.format == "B" and data.ndim == 1 and data.c_contiguous
+        raw: bytes | memoryview = data if isinstance(data, bytes) or flat else bytes(data)
+        if not len(raw):
             raise AudioDecodeError(
                 "empty audio: 0 bytes; the item has no audio data (check the audio column, "
                 "or give a file path instead)"
             )
-        flac = raw if raw.startswith(_FLAC_MAGIC) else None
-        return f"{len(raw)} bytes of audio (starting {raw[:8]!r})", lambda: io.BytesIO(raw), flac
+        head = bytes(raw[:8])
+        flac = raw if head.startswith(_FLAC_MAGIC) else None
+        return f"{len(raw)} bytes of audio (starting {head!r})", lambda: io.BytesIO(raw), flac
     if isinstance(data, (str, os.PathLike)):
         path = Path(os.fspath(data)).expanduser()
         label = f"audio file {str(path)!r}"

@@ -10,6 +10,7 @@ replaced and the items that were in flight are retried one at a time to find the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import multiprocessing
 import os
@@ -161,6 +162,8 @@ def _decode_pooled(
                 if not chunk:
                     exhausted = True
                     break
+                if not threads:
+                    chunk = [_owned(item) for item in chunk]
                 try:
                     pending.add(chunk, pool.submit(_decode_many, chunk, decoder, spill, in_worker))
                 except BrokenProcessPool:  # the pool died since the last check; recover below
@@ -184,6 +187,16 @@ def _decode_pooled(
         pool.shutdown(wait=True, cancel_futures=True)
         if spill is not None:  # also what a killed worker left half-written
             shutil.rmtree(spill, ignore_errors=True)
+
+
+def _owned(item: SourceItem) -> SourceItem:
+    """The item with its bytes copied out of a view of Arrow's buffer (Parquet sources), for a
+    worker process: the copy is made once, here, and the view (which keeps Arrow's whole batch in
+    memory) dies now instead of while the item waits in flight (main-process RSS grew 35 % over
+    838 rows when the views lived on)."""
+    if isinstance(item.audio_bytes, memoryview):
+        return dataclasses.replace(item, audio_bytes=bytes(item.audio_bytes))
+    return item
 
 
 class _ChunkSizer:

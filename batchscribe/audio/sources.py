@@ -91,14 +91,20 @@ class SourceItem:
 
     `audio_bytes` is the encoded file when the source stores bytes; otherwise `path` is where the
     audio lives (resolved against the Parquet file's or manifest's folder). When both are set,
-    `path` is only the original file name recorded next to the bytes.
+    `path` is only the original file name recorded next to the bytes. Parquet's bytes are a
+    read-only view of Arrow's buffer, not a copy (pickled as bytes).
     """
 
     id: str
-    audio_bytes: bytes | None
+    audio_bytes: bytes | memoryview | None
     path: str | None
     text: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A memoryview cannot be pickled (to a decode process, or by Ray): send its bytes.
+        data = bytes(self.audio_bytes) if isinstance(self.audio_bytes, memoryview) else self.audio_bytes
+        return SourceItem, (self.id, data, self.path, self.text, self.extra)
 
 
 def iter_source(inputs: Sequence[str], opts: SourceOptions) -> Iterator[SourceItem]:
@@ -283,9 +289,11 @@ def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str |
     if isinstance(value, dict):
         data, where = value.get("bytes"), value.get("path")
         if data:
-            return bytes(data), where
+            return (data if isinstance(data, memoryview) else bytes(data)), where
         return None, _resolve_path(where, base_dir) if where else None
-    if isinstance(value, (bytes, bytearray, memoryview)):
+    if isinstance(value, memoryview):
+        return value, None
+    if isinstance(value, (bytes, bytearray)):
         return bytes(value), None
     if isinstance(value, str) and value:
         return None, _resolve_path(value, base_dir)
@@ -344,7 +352,8 @@ def _read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
         batches = pfile.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=cols.needed,
                                      use_threads=False)  # fmt: skip
         for batch in batches:
-            columns = {name: batch.column(name).to_pylist() for name in cols.needed}
+            columns = {name: _cells(batch.column(name)) if name == cols.audio else batch.column(name).to_pylist()
+                       for name in cols.needed}  # fmt: skip
             n_rows = batch.num_rows
             del batch
             for i in range(n_rows):
@@ -356,6 +365,43 @@ def _read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
         # group, not per batch: each call holds the GIL ~1.7 ms, which the GPU engine's thread
         # (and every decode thread) then waits for (~100 us per LibriSpeech row).
         pa.default_memory_pool().release_unused()
+
+
+def _cells(column: Any) -> list[Any]:
+    """An audio column's cells as Python values, with encoded bytes as zero-copy views of Arrow's
+    buffer: `to_pylist` copies each file into a new bytes object while holding the GIL, which the
+    GPU engine's thread then waits for (~85 us per LibriSpeech row)."""
+    import pyarrow as pa
+
+    kind = column.type
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return _binary_views(column)
+    if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0:
+        names = [kind.field(i).name for i in range(kind.num_fields)]
+        children = dict(zip(names, column.flatten()))  # flatten applies the struct's offset and nulls
+        data = children["bytes"]
+        if pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type):
+            views = _binary_views(data)
+            others = {name: child.to_pylist() for name, child in children.items() if name != "bytes"}
+            valid = column.is_valid().to_pylist()
+            return [
+                {"bytes": views[i], **{name: values[i] for name, values in others.items()}} if valid[i] else None
+                for i in range(len(column))
+            ]
+    return column.to_pylist()
+
+
+def _binary_views(array: Any) -> list[memoryview | None]:
+    """Each cell of a (large) binary array as a view of its data buffer; None for nulls."""
+    import numpy as np
+    import pyarrow as pa
+
+    _, offsets, data = array.buffers()
+    width = np.int64 if pa.types.is_large_binary(array.type) else np.int32
+    ends = np.frombuffer(offsets, dtype=width)[array.offset : array.offset + len(array) + 1].tolist()
+    view = memoryview(data).cast("B") if data is not None else memoryview(b"")  # Arrow exports signed "b"
+    valid = array.is_valid().to_pylist() if array.null_count else [True] * len(array)
+    return [view[ends[i] : ends[i + 1]] if valid[i] else None for i in range(len(array))]
 
 
 def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
