@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Device call C, after calls A and B (carry .stage/p3): W1 on the first 100 train-clean-5 utterances
 # (~13 s each, as BENCHMARKS.md's peer figures) x10, with its transformers peer, after the input
-# pipeline alone on the same data. Extra arguments go to w1_tiny.py.
+# pipeline alone on the same data; then W1 variants without the peer, one per further argument:
+#   bash benchmarks/device/call_c.sh COMMIT ["--workers 4" ...]
+# DECODERS (default: "default") picks the decoders the pipeline benchmark compares.
 set -u
 commit=$1; shift
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
@@ -9,7 +11,10 @@ mkdir -p ../shared/data/librispeech && cp .stage/p3/data/librispeech/* ../shared
 P=../../shared/data/librispeech/train-clean-5-first100.parquet
 cd benchmarks
 timeout 120 python3 decode_pipeline.py --parquet $P --workers 8 15 --cuda --decoders ${DECODERS:-default} > $OUT/pipeline.txt 2>&1
-cat $OUT/pipeline.txt | cut -c1-200
-timeout 200 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 "$@" > $OUT/w1c.txt 2>&1
+cut -c1-200 $OUT/pipeline.txt
+timeout 200 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 > $OUT/w1c.txt 2>&1
 grep -E "host seconds|RTFx|^batchscribe|transformers bs|capture|ratio" $OUT/w1c.txt | cut -c1-420
 cp RESULTS.md $OUT/
+for v in "$@"; do
+  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx" | cut -c1-420
+done
