@@ -22,10 +22,10 @@ class DeviceUpload:
     hour-long files cannot take the device memory the decoder's slots were sized against.
     """
 
-    def __init__(self, device: torch.device, max_samples: int):
+    def __init__(self, device: torch.device, max_samples: int, pinned: bool = True):
         if device.type != "cuda":
             raise ValueError(f"DeviceUpload copies to a CUDA device, not {device}")
-        self.device, self.max_samples = device, max_samples
+        self.device, self.max_samples, self.pinned = device, max_samples, pinned
         # The stream the engine reads the samples on: a freed tensor's memory is reused only after
         # the work queued there by then is done (record_stream).
         self.consumer = torch.cuda.current_stream(device)
@@ -38,8 +38,18 @@ class DeviceUpload:
         if stream is None:
             stream = self._local.stream = torch.cuda.Stream(self.device)
         with torch.cuda.stream(stream):
-            # NOTE: blocking on purpose: when it returns the host array may be freed, and the
-            # tensor is complete for any stream that reads it next.
-            out = torch.from_numpy(audio).to(self.device)  # [n] float32
+            if self.pinned:
+                # Through a pinned block of torch's caching host allocator: the copy is one DMA
+                # the driver does not stage. (A copy from pageable memory is staged by the calling
+                # thread inside the driver, which seemed to stall the engine's own CUDA calls.)
+                host = torch.empty(audio.shape[0], dtype=torch.float32, pin_memory=True)  # [n]
+                host.copy_(torch.from_numpy(audio))
+                out = torch.empty(audio.shape[0], dtype=torch.float32, device=self.device)  # [n]
+                out.copy_(host, non_blocking=True)  # the allocator keeps `host` until it is done
+            else:
+                out = torch.from_numpy(audio).to(self.device)  # [n] float32
+            # NOTE: this thread waits for its own copy, so the tensor is complete for any stream
+            # that reads it next and the engine never waits for it.
+            stream.synchronize()
         out.record_stream(self.consumer)
         return out

@@ -1,0 +1,244 @@
+"""Host time to turn a finished window into segments and a record: the GPU engine thread's `finish`.
+
+    python benchmarks/records.py [--model tiny.en] [--utterances 20] [--save-windows w.json]
+    python benchmarks/records.py --windows w.json --model-dir HF_FOLDER   (no weights, no audio)
+        [--repeat 300] [--rounds 5] [--profile 25] [--records-out records.jsonl]
+
+Transcribes real speech once on the CPU (LibriSpeech train-clean-5, one ~13 s window per utterance,
+as in W1), keeping what `Engine._finish_window` receives for every window (or loads windows saved
+by an earlier run: the replay needs only the model folder's config.json and tokenizer.json). Then
+it replays those windows many times through exactly the engine's host work and prints microseconds
+per window for each part (WindowStats.from_decode, split_window, the item's record) and for the
+whole (`_finish_window` + `_record`), best of the rounds. `--records-out` writes the replayed
+records as JSONL, so two versions of the code can be checked for byte-identical output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import json
+import pstats
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "train-clean-5-00000-of-00008.parquet"
+
+
+@dataclass(frozen=True)
+class Captured:
+    """One call of `_finish_window`: the item's state before it and the window's result."""
+
+    item_id: str
+    n_samples: int
+    seek: int
+    temp_index: int
+    result: object  # WindowResult
+
+
+def load_audio(parquet: Path, n: int) -> list[tuple[str, np.ndarray]]:
+    import pyarrow.parquet as pq
+
+    from batchscribe.audio.decode import decode_audio
+
+    table = pq.read_table(parquet, columns=["id", "audio"]).slice(0, n)
+    rows = zip(table.column("id").to_pylist(), table.column("audio").to_pylist())
+    return [(item_id, decode_audio(audio["bytes"])) for item_id, audio in rows]
+
+
+def capture(engine, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
+    """Transcribe once, keeping every window result the engine folds in (in its order)."""
+    from batchscribe.engine.engine import Engine
+
+    seen: list[Captured] = []
+
+    def spy(item, res) -> bool:
+        seen.append(Captured(item.id, len(item.audio), item.seek, item.temp_index, res))
+        return Engine._finish_window(engine, item, res)
+
+    engine._finish_window = spy  # an instance attribute: only this engine, only this run
+    try:
+        records = list(engine.transcribe_stream(items))
+    finally:
+        del engine._finish_window
+    return seen, records
+
+
+def fresh_items(engine, windows: list[Captured], audio: dict[str, np.ndarray]) -> dict:
+    """The items as the engine holds them when their first window finishes (admitted, no segments)."""
+    from batchscribe.engine.engine import _Item
+
+    return {w.item_id: _Item(w.item_id, audio[w.item_id], engine.forced_language) for w in windows}
+
+
+def replay(engine, windows: list[Captured], items: dict) -> list[dict]:
+    """The engine's per-window and per-item host work (collect() in transcribe_stream), nothing else."""
+    records = []
+    for w in windows:
+        item = items[w.item_id]
+        if engine._finish_window(item, w.result):
+            records.append(engine._record(item))
+    return records
+
+
+def best_of(rounds: int, repeat: int, fn: Callable[[], object]) -> float:
+    """Seconds per call of fn, the best round of `repeat` calls (the least disturbed by the machine)."""
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        best = min(best, (time.perf_counter() - t0) / repeat)
+    return best
+
+
+def parts(
+    engine, windows: list[Captured], audio: dict[str, np.ndarray], rounds: int, repeat: int
+) -> dict[str, Callable[[], object]]:
+    """Each part alone, on the arguments the engine gave it in one replay (recorded by a spy)."""
+    from batchscribe.engine import engine as engine_module
+    from batchscribe.output.verbose_json import WindowStats
+
+    tok = engine.tokenizer
+    splits = []
+    real_split = engine_module.split_window
+
+    def spy(*args, **kwargs):
+        splits.append((args, kwargs))
+        return real_split(*args, **kwargs)
+
+    items = fresh_items(engine, windows, audio)
+    engine_module.split_window = spy
+    try:
+        replay(engine, windows, items)
+    finally:
+        engine_module.split_window = real_split
+    results = [w.result for w in windows]
+
+    def window_stats() -> None:
+        for r in results:
+            WindowStats.from_decode(r.tokens, tok, temperature=r.temperature, sum_logprob=r.sum_logprob,
+                                    no_speech_prob=r.no_speech_prob)  # fmt: skip
+
+    def split() -> None:
+        for args, kwargs in splits:
+            real_split(*args, **kwargs)
+
+    def record() -> None:
+        for item in items.values():
+            engine._record(item)
+
+    def total() -> None:
+        replay(engine, windows, next(item_sets))
+
+    # Items are built ahead, outside the clock: the engine builds them when it admits their audio.
+    item_sets = iter([fresh_items(engine, windows, audio) for _ in range(rounds * repeat)])
+    return {"WindowStats.from_decode": window_stats, "split_window": split, "_record (make_record)": record,
+            "total (_finish_window + _record)": total}  # fmt: skip
+
+
+def save_windows(path: Path, windows: list[Captured], records: list[dict]) -> None:
+    rows = [{**{k: v for k, v in vars(w).items() if k != "result"}, "result": vars(w.result)} for w in windows]
+    path.write_text(json.dumps({"windows": rows, "records": records}, ensure_ascii=False), encoding="utf-8")
+
+
+def load_windows(path: Path) -> tuple[list[Captured], list[dict]]:
+    from batchscribe.engine.decoding import WindowResult
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    windows = [Captured(**{**row, "result": WindowResult(**row["result"])}) for row in data["windows"]]
+    return windows, data["records"]
+
+
+def transcribe(args: argparse.Namespace):
+    """The engine of a real model, and the windows it folded in transcribing real speech."""
+    from batchscribe.api import Transcriber
+    from batchscribe.config import default_cache_dir
+
+    cache = args.cache_dir or (REPO / ".pytest_models" if (REPO / ".pytest_models").is_dir() else default_cache_dir())
+    transcriber = Transcriber(args.model, device="cpu", cache_dir=cache)
+    engine = transcriber._engine(transcriber.options)
+    items = load_audio(args.parquet, args.utterances)
+    t0 = time.perf_counter()
+    windows, records = capture(engine, items)
+    print(f"transcribed {len(items)} utterances in {time.perf_counter() - t0:.1f} s")
+    return engine, windows, records
+
+
+def weightless_engine(folder: Path):
+    """An engine whose model is randomly initialised: finishing windows reads only the tokenizer."""
+    import torch
+
+    from batchscribe.config import DecodeOptions
+    from batchscribe.engine.engine import Engine
+    from batchscribe.model.dims import ModelDims
+    from batchscribe.model.tokenizer import Tokenizer
+    from batchscribe.model.whisper import Whisper
+
+    dims = ModelDims.from_hf_config(json.loads((folder / "config.json").read_text()))
+    tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
+    model = Whisper(dims).eval()
+    return Engine(model, tokenizer, DecodeOptions(), [], torch.device("cpu"), n_slots=1, cuda_graphs=False)
+
+
+def main() -> None:
+    import torch
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parquet", type=Path, default=DEFAULT_PARQUET)
+    ap.add_argument("--model", default="tiny.en")
+    ap.add_argument("--cache-dir", type=Path, default=None,
+                    help="converted models (default: the checkout's .pytest_models when present)")
+    ap.add_argument("--utterances", type=int, default=20)
+    ap.add_argument("--save-windows", type=Path, default=None, help="write the captured windows (JSON)")
+    ap.add_argument("--windows", type=Path, default=None, help="replay windows saved by --save-windows")
+    ap.add_argument("--model-dir", type=Path, default=None, help="with --windows: config.json + tokenizer.json")
+    ap.add_argument("--repeat", type=int, default=300, help="replays of all windows per round")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS", help="cProfile the replay; print ROWS rows")
+    ap.add_argument("--records-out", type=Path, default=None, help="write the replayed records (JSONL)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    if args.windows:
+        if args.model_dir is None:
+            ap.error("--windows needs --model-dir (a Hugging Face folder with config.json and tokenizer.json)")
+        engine = weightless_engine(args.model_dir)
+        windows, transcribed = load_windows(args.windows)
+    else:
+        engine, windows, transcribed = transcribe(args)
+        if args.save_windows:
+            save_windows(args.save_windows, windows, transcribed)
+    lengths = {w.item_id: w.n_samples for w in windows}
+    audio = {item_id: np.zeros(n, np.float32) for item_id, n in lengths.items()}  # only its length is read
+    print(f"{len(lengths)} items, {len(windows)} windows, "
+          f"{sum(len(w.result.tokens) for w in windows) / len(windows):.1f} tokens and "
+          f"{sum(len(r['segments']) for r in transcribed) / len(windows):.1f} segments per window")  # fmt: skip
+
+    records = replay(engine, windows, fresh_items(engine, windows, audio))
+    by_id = {r["id"]: r for r in transcribed}
+    assert all(json.dumps(r) == json.dumps(by_id[r["id"]]) for r in records), "the replay differs from the run"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    print(f"records sha256 {hashlib.sha256(text.encode()).hexdigest()[:16]}")
+    if args.records_out:
+        args.records_out.write_text(text, encoding="utf-8")
+
+    n = len(windows)
+    print("\n| part | us per window |\n|---|---:|")
+    for name, fn in parts(engine, windows, audio, args.rounds, args.repeat).items():
+        seconds = best_of(args.rounds, args.repeat, fn)
+        print(f"| {name} | {seconds / n * 1e6:.1f} |")
+    if args.profile:
+        with cProfile.Profile() as prof:
+            for _ in range(args.repeat):
+                replay(engine, windows, fresh_items(engine, windows, audio))
+        pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
