@@ -18,11 +18,9 @@ import numpy as np
 import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
-from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.graphs import slots_for_memory
-from batchscribe.engine.upload import DeviceUpload
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.loading import load_state_dict, resolve_model
 from batchscribe.model.tokenizer import Tokenizer
@@ -31,9 +29,6 @@ from batchscribe.model.whisper import DecoderCache, Whisper
 log = logging.getLogger(__name__)
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-# Decoded items up to this many 30 s windows are copied to the GPU by the decode threads; longer
-# ones stay on the host, so long files do not take the device memory the slots were sized against.
-UPLOAD_MAX_WINDOWS = 4
 
 
 @dataclass(frozen=True)
@@ -133,20 +128,11 @@ class Transcriber:
             )
         return self._engines[options]
 
-    def device_upload(self, options: DecodeOptions | None = None) -> DeviceUpload | None:
-        """A transform for decode threads feeding `transcribe_stream`: decoded audio goes straight to
-        this transcriber's GPU (None on the CPU). Builds the engine first, so its CUDA graphs are
-        captured before any decode thread uses the device."""
-        if self.device.type != "cuda":
-            return None
-        self._engine(options or self.options)
-        return DeviceUpload(self.device, max_samples=UPLOAD_MAX_WINDOWS * N_SAMPLES)
-
     def transcribe_stream(
         self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
     ) -> Iterator[dict]:
         """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays (or 1-D
-        float32 tensors already on this transcriber's device, as `device_upload` makes)."""
+        float32 tensors, e.g. already on this transcriber's device)."""
         yield from self._engine(options or self.options).transcribe_stream(items)
 
     def transcribe(

@@ -218,10 +218,6 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     elif on_gpu:
         pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
     pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
-    upload = getattr(transcriber, "device_upload", None)
-    if on_gpu and pool_kwargs["threads"] and callable(upload):
-        # Decode threads copy each item to the GPU, so the engine's thread never copies samples.
-        pool_kwargs["transform"] = upload()
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
     if on_gpu:
         decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps

@@ -172,22 +172,8 @@ def main() -> None:
                     help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
-    ap.add_argument("--upload", choices=["pinned", "pageable", "off"], default=None,
-                    help="how decode threads copy audio to the GPU (diagnosis; default: batchscribe's)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
-    if args.upload is not None:
-        from batchscribe.api import Transcriber
-        from batchscribe.engine.upload import DeviceUpload
-
-        mode = args.upload
-        default = Transcriber.device_upload
-
-        def device_upload(self, options=None):
-            upload = default(self, options)
-            return None if upload is None or mode == "off" else DeviceUpload(upload.device, upload.max_samples, mode == "pinned")
-
-        Transcriber.device_upload = device_upload
     if args.in_flight_per_worker is not None:
         from batchscribe.audio import pool
 

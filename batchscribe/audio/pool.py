@@ -34,9 +34,6 @@ from batchscribe.audio.sources import SourceItem
 # A decoder takes encoded bytes or a path and returns float32 mono 16 kHz samples. It must be a
 # module-level function so worker processes can unpickle it.
 Decoder = Callable[[bytes | str], np.ndarray]
-# A transform takes decoded samples and returns what the consumer wants instead (e.g. a copy on the
-# GPU, made by the decode thread): anything with `nbytes` and a length in samples.
-Transform = Callable[[np.ndarray], Any]
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,7 @@ class DecodedItem:
     """One item after decoding: `audio` ([n_samples] float32, 16 kHz) or `error`, never both."""
 
     id: str
-    audio: Any  # [n_samples] float32 at 16 kHz (an array, or what `transform` made of it); None on error
+    audio: np.ndarray | None  # [n_samples] float32 at 16 kHz; None when error is set
     error: str | None  # "<id>: <what went wrong and how to fix it>"
     text: str | None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -99,7 +96,6 @@ def decode_stream(
     decoder: Decoder | None = None,
     max_buffered_bytes: int = DEFAULT_MAX_BUFFERED_BYTES,
     threads: bool = False,
-    transform: Transform | None = None,
 ) -> Iterator[DecodedItem]:
     """Decode `items` in `workers` processes (None: `default_workers()`, or `decode_threads_default()`
     threads with `threads=True`; 0: inline, in this process).
@@ -119,8 +115,6 @@ def decode_stream(
     or a chunk sized to a share of the budget (together at most half of it). `items` is
     pulled only as room frees up, so it may be an endless stream. `decoder` replaces
     `batchscribe.audio.decode.decode_audio` (a module-level function; for tests and plug-ins).
-    `transform` is applied to each decoded array by the thread that decoded it (threads, or inline),
-    or as results are read back (processes); if it raises, the item keeps its array.
     """
     if prefetch < 1:
         raise ValueError(f"prefetch={prefetch} must be >= 1")
@@ -130,18 +124,15 @@ def decode_stream(
         raise ValueError(f"workers={workers} must be >= 0 (0 decodes inline)")
     if workers == 0:
         for item in items:
-            yield _finish(item, _decode_one(item, decoder, transform))
+            yield _finish(item, _decode_one(item, decoder))
         return
-    yield from _decode_pooled(items, workers, prefetch, decoder, max_buffered_bytes, threads, transform)
+    yield from _decode_pooled(items, workers, prefetch, decoder, max_buffered_bytes, threads)
 
 
 def _decode_pooled(
     items: Iterable[SourceItem], workers: int, prefetch: int, decoder: Decoder | None,
-    max_buffered_bytes: int, threads: bool = False, transform: Transform | None = None,
+    max_buffered_bytes: int, threads: bool = False,
 ) -> Iterator[DecodedItem]:
-    # Threads apply the transform where they decode; processes cannot (it may hold CUDA state),
-    # so their results are transformed here as they are read back.
-    in_worker, on_return = (transform, None) if threads else (None, transform)
     # Worker processes hand decoded audio back through files here instead of pickling it through
     # a pipe (the main process then only reads it back: no unpickling while holding the GIL).
     spill = None
@@ -165,7 +156,7 @@ def _decode_pooled(
                 if not threads:
                     chunk = [_owned(item) for item in chunk]
                 try:
-                    pending.add(chunk, pool.submit(_decode_many, chunk, decoder, spill, in_worker))
+                    pending.add(chunk, pool.submit(_decode_many, chunk, decoder, spill))
                 except BrokenProcessPool:  # the pool died since the last check; recover below
                     pending.add(chunk, _broken_future())
             if not pending:
@@ -175,14 +166,14 @@ def _decode_pooled(
                 results = future.result()
             except BrokenProcessPool:
                 pool.shutdown(wait=True, cancel_futures=True)
-                yield from _isolate(deque([(chunk, future), *pending.drain()]), decoder, spill, on_return)
+                yield from _isolate(deque([(chunk, future), *pending.drain()]), decoder, spill)
                 pool = _new_pool(workers, threads)
                 continue
             except Exception:  # e.g. an item that cannot be pickled to a worker: find which
-                yield from _isolate(deque([(chunk, future)]), decoder, spill, on_return)
+                yield from _isolate(deque([(chunk, future)]), decoder, spill)
                 continue
             sizer.observe(results)
-            yield from _finish_chunk(chunk, results, on_return)
+            yield from _finish_chunk(chunk, results)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         if spill is not None:  # also what a killed worker left half-written
@@ -318,8 +309,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None,
-             transform: Transform | None = None) -> Iterator[DecodedItem]:
+def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> Iterator[DecodedItem]:
     """After a worker died (or a task failed): keep finished results, retry the rest one item at a
     time, in order.
 
@@ -331,7 +321,7 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None,
         while pending:
             chunk, future = pending.popleft()
             if future.done() and not future.cancelled() and future.exception() is None:
-                yield from _finish_chunk(chunk, future.result(), transform)
+                yield from _finish_chunk(chunk, future.result())
                 continue
             for item in chunk:
                 try:
@@ -346,7 +336,7 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None,
                     ))]
                 except Exception as exc:  # e.g. an item that cannot be pickled to a worker
                     results = [(None, f"{type(exc).__name__}: {exc}")]
-                yield from _finish_chunk([item], results, transform)
+                yield from _finish_chunk([item], results)
     finally:
         pool.shutdown(wait=True)
 
@@ -375,8 +365,8 @@ def _broken_future() -> Future[list[_Result]]:
     return future
 
 
-def _decode_one(item: SourceItem, decoder: Decoder | None, transform: Transform | None = None) -> _Result:
-    """(audio [n_samples] float32, or what `transform` made of it, None) or (None, reason)."""
+def _decode_one(item: SourceItem, decoder: Decoder | None) -> _Result:
+    """(audio [n_samples] float32, None) or (None, reason)."""
     if decoder is None:
         from batchscribe.audio.decode import decode_audio
 
@@ -388,23 +378,13 @@ def _decode_one(item: SourceItem, decoder: Decoder | None, transform: Transform 
         audio = decoder(data)
     except Exception as exc:  # a bad item must never stop the stream, whatever the decoder raises
         return None, _reason(exc)
-    return _transformed(np.ascontiguousarray(audio, dtype=np.float32), transform), None
+    return np.ascontiguousarray(audio, dtype=np.float32), None
 
 
-def _transformed(audio: np.ndarray, transform: Transform | None) -> Any:
-    if transform is None:
-        return audio
-    try:
-        return transform(audio)
-    except Exception:  # e.g. no device memory left for a copy: the array itself still serves
-        return audio
-
-
-def _decode_many(items: list[SourceItem], decoder: Decoder | None, spill: str | None = None,
-                 transform: Transform | None = None) -> list[_Result]:
+def _decode_many(items: list[SourceItem], decoder: Decoder | None, spill: str | None = None) -> list[_Result]:
     """Runs in a worker: each item's result, in order. With `spill` (a folder), the chunk's samples
     are written to one file there and each audio is returned as its place in it (_Spilled)."""
-    results = [_decode_one(item, decoder, transform) for item in items]
+    results = [_decode_one(item, decoder) for item in items]
     if spill is None or all(audio is None for audio, _ in results):
         return results
     path = None
@@ -448,23 +428,20 @@ def _reason(exc: Exception) -> str:
     return str(exc) if isinstance(exc, AudioDecodeError) else f"{type(exc).__name__}: {exc}"
 
 
-def _finish_chunk(chunk: list[SourceItem], results: list[_Result],
-                  transform: Transform | None = None) -> Iterator[DecodedItem]:
+def _finish_chunk(chunk: list[SourceItem], results: list[_Result]) -> Iterator[DecodedItem]:
     """A task's items, read back where spilled; the spill files are removed before the first is
     yielded, so an early close leaves none behind."""
-    done = [_finish(item, result, transform) for item, result in zip(chunk, results)]
+    done = [_finish(item, result) for item, result in zip(chunk, results)]
     for path in {audio.path for audio, _ in results if isinstance(audio, _Spilled)}:
         with contextlib.suppress(OSError):
             os.unlink(path)
     yield from done
 
 
-def _finish(item: SourceItem, result: _Result, transform: Transform | None = None) -> DecodedItem:
+def _finish(item: SourceItem, result: _Result) -> DecodedItem:
     audio, reason = result
     try:
         audio = _unspill(audio)
-        if transform is not None and isinstance(audio, np.ndarray):
-            audio = _transformed(audio, transform)
     except OSError as exc:  # e.g. something emptied /dev/shm under the run
         audio, reason = None, (f"the decoded audio could not be read back from the decoder process "
                                f"({exc}); run again to retry this item")  # fmt: skip
