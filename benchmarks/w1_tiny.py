@@ -53,7 +53,7 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
 
 
 def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
-         profile_rows: int = 0, decode_mode: str | None = None) -> dict:
+         profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None) -> dict:
     import numpy as np
 
     import common
@@ -73,6 +73,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     capture += engine.encoder_graphs.capture_seconds if engine.encoder_graphs else 0.0
     engine.timings.clear()
     engine.decoder.timings.clear()
+    if ahead is not None:
+        engine.looks_before_admission = ahead
     with tempfile.TemporaryDirectory() as out:
         threads = None if decode_mode is None else decode_mode == "threads"
         opts = RunOptions(model=model, decode=decode, workers=workers, decode_threads=threads)
@@ -172,6 +174,8 @@ def main() -> None:
                     help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
+    ap.add_argument("--ahead", type=int, default=None,
+                    help="looks queued before each admission (diagnosis; default: the engine's)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     if args.in_flight_per_worker is not None:
@@ -187,7 +191,8 @@ def main() -> None:
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
         results = []
         for config in args.configs:
-            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode)
+            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
+                     args.ahead)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             # Printed now as well: a peer that runs past a time limit must not take these with it.
             print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
