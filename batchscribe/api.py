@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -127,6 +127,15 @@ class Transcriber:
                 attention=self.attention,
             )
         return self._engines[options]
+
+    def host_allocator(self, options: DecodeOptions | None = None) -> Callable[[int], np.ndarray] | None:
+        """For decode threads feeding `transcribe_stream` on a GPU: `allocate(n_samples)` gives pinned
+        host memory to decode into (`decode_audio(allocate=...)`), which admission copies to the
+        device without packing it first. None on the CPU. Builds the engine (and its arena) first."""
+        if self.device.type != "cuda":
+            return None
+        arena = self._engine(options or self.options).decoder.enable_arena()
+        return None if arena is None else arena.allocate
 
     def transcribe_stream(
         self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None

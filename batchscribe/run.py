@@ -8,6 +8,7 @@ run redoes only what was in flight when the last one stopped.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import threading
 import time
@@ -218,6 +219,13 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     elif on_gpu:
         pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
     pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
+    host_allocator = getattr(transcriber, "host_allocator", None)
+    if on_gpu and pool_kwargs["threads"] and callable(host_allocator):
+        allocate = host_allocator()
+        if allocate is not None:  # decode threads decode straight into pinned memory
+            from batchscribe.audio.decode import decode_audio
+
+            pool_kwargs["decoder"] = functools.partial(decode_audio, allocate=allocate)
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
     if on_gpu:
         decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps

@@ -264,3 +264,33 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
         dec.encode_chunk(audio[:size], slots)
         assert all(torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size
 
+
+
+def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
+    """On the GPU, `run` has decode threads decode into the engine's pinned arena and admission copies
+    those samples as they are; the records equal a run whose audio was packed (processes)."""
+    import json
+
+    from batchscribe.api import Transcriber
+    from batchscribe.config import DecodeOptions
+    from batchscribe.run import RunOptions, run
+
+    decode = DecodeOptions(temperatures=(0.0,))
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
+    assert Transcriber(str(tiny_en_dir), device="cpu").host_allocator() is None
+    parquet = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    texts = {}
+    for threads in (True, False):
+        out = tmp_path / f"threads-{threads}"
+        run([str(parquet)], out, RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3),
+            transcriber_factory=lambda _: t)  # fmt: skip
+        records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+        texts[threads] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
+        arena = next(iter(t._engines.values())).decoder.arena
+        if threads:  # every utterance fit: all of them went through the arena
+            assert arena is not None and arena.fallbacks == 0
+    import gc
+
+    gc.collect()
+    assert arena.in_use() == 0  # every range given back
+    assert texts[True] == texts[False] and len(texts[True]) == 100

@@ -20,6 +20,7 @@ from batchscribe.config import DecodeOptions
 from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.decoding import SlotDecoder, WindowRequest
 from batchscribe.engine.engine import Engine
+from batchscribe.engine.pinned import PinnedArena
 
 CPU = torch.device("cpu")
 # A fallback ladder and a threshold some windows fail: sampled retries are part of the mix.
@@ -114,8 +115,17 @@ def test_staging_pads_like_pad_or_trim(transcriber) -> None:
                 for i, n in enumerate(lengths)]  # fmt: skip
 
     groups = [group([16000 * 7, 1, N_SAMPLES, 0, N_SAMPLES + 500, 12345]), group([N_SAMPLES - 1, 3]), group([5])]
-    # Audio already on the engine's device (as decode threads upload it on CUDA) is staged alike.
+    # Audio already on the engine's device is staged alike, and so is a mix of samples decoded into
+    # the pinned arena (copied as they are) and ordinary ones (packed).
     groups.append([dataclasses.replace(r, audio=torch.from_numpy(r.audio)) for r in groups[0]])
+    dec.arena = PinnedArena(4 * N_SAMPLES, pin=False)
+    mixed = []
+    for i, r in enumerate(groups[0]):
+        audio = dec.arena.allocate(len(r.audio)) if i % 2 == 0 else r.audio.copy()
+        audio[:] = r.audio
+        mixed.append(dataclasses.replace(r, audio=audio))
+    assert [dec.arena.holds(r.audio) for r in mixed] == [True, False, True, False, True, False]
+    groups.append(mixed)
     staged = [dec._stage(g, list(range(len(g)))[::-1]) for g in groups]
     for requests, got in zip(groups, staged):
         expected = torch.stack([pad_or_trim(torch.as_tensor(r.audio), N_SAMPLES) for r in requests])

@@ -22,7 +22,7 @@ import time
 from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
+from batchscribe.engine.pinned import PinnedArena, default_arena_samples
 from batchscribe.model.whisper import DecoderCache, Whisper
 
 LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
@@ -99,6 +100,7 @@ class _Staging:
     ints: torch.Tensor  # [n_slots, _A_PROMPT + n_text_ctx] int64: _A_* columns, then the prompt row
     floats: torch.Tensor  # [n_slots] float32: temperature
     copied: torch.cuda.Event | None  # recorded after the last copy out of these buffers (CUDA)
+    holds: list[np.ndarray] = field(default_factory=list)  # pinned samples being copied from (CUDA)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class SlotDecoder:
         # Host buffers, allocated once (pinned allocations are slow): two for admissions, so an
         # admission waits only for the copy of the admission before last; snapshots on demand.
         self._pinned = device.type == "cuda"
+        self.arena: PinnedArena | None = None  # see enable_arena
         self._staging = [self._new_staging() for _ in range(2)]
         self._staging_turn = 0
         self._pending: deque[Snapshot] = deque()  # queued snapshots, oldest first
@@ -195,6 +198,12 @@ class SlotDecoder:
         for size in self.chunk_sizes:
             audio = torch.zeros(size, N_SAMPLES, device=self.device)
             self.encode_chunk(audio, torch.zeros(size, dtype=torch.long, device=self.device))
+
+    def enable_arena(self, n_samples: int | None = None) -> PinnedArena | None:
+        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once."""
+        if self._pinned and self.arena is None:
+            self.arena = PinnedArena(n_samples or default_arena_samples())
+        return self.arena
 
     def free_slots(self) -> list[int]:
         return np.flatnonzero(~self.occupied).tolist()
@@ -247,6 +256,13 @@ class SlotDecoder:
             copied=torch.cuda.Event() if pin else None,
         )
 
+    def release_staging(self) -> None:
+        """Let go of the pinned samples the last admissions were copied from (returning their arena
+        ranges). Only once the device has done those copies: the caller has waited for a later
+        snapshot."""
+        for buf in self._staging:
+            buf.holds = []
+
     def _stage(self, requests: list[WindowRequest], slots: list[int]) -> _Staged:
         """Pack the group on the host, send each buffer with one copy, pad the audio on the device.
 
@@ -258,6 +274,7 @@ class SlotDecoder:
         if buf.copied is not None:
             t0 = time.perf_counter()
             buf.copied.synchronize()  # NOTE: the copy out of this buffer two admissions ago must be done
+            buf.holds = []  # and so are the copies from pinned samples it kept alive
             self.timings["admit_stage_wait"] += time.perf_counter() - t0  # part of admit_stage
         g = len(requests)
         lengths = np.array([min(len(r.audio), N_SAMPLES) for r in requests], dtype=np.int64)  # [G]
@@ -277,15 +294,33 @@ class SlotDecoder:
         buf.floats[:g].numpy()[:] = [r.temperature for r in requests]
         parts = [r.audio[:n] for r, n in zip(requests, lengths)]
         uploaded = all(isinstance(a, torch.Tensor) and a.device == self.device for a in parts)
-        if total and not uploaded:
+        # Samples decoded into the pinned arena go to the device as they are; the rest are packed.
+        pinned = [not uploaded and self.arena is not None and isinstance(a, np.ndarray) and self.arena.holds(a)
+                  for a in parts]  # fmt: skip
+        packed = total and not uploaded and not all(pinned)
+        if packed and not any(pinned):
             np.concatenate([_on_host(a) for a in parts], out=buf.audio[:total].numpy())
+        elif packed:
+            host = buf.audio.numpy()
+            for a, start, n, p in zip(parts, offsets.tolist(), lengths.tolist(), pinned):
+                if not p:
+                    host[start : start + n] = _on_host(a)
         # copy=True: on the CPU too, the staged group must not alias a buffer that is reused.
         ints_d = buf.ints[:g].to(self.device, non_blocking=True, copy=True)  # [G, _A_PROMPT + n_ctx]
         floats_d = buf.floats[:g].to(self.device, non_blocking=True, copy=True)  # [G]
         if uploaded:
             flat = torch.cat(parts) if total else torch.zeros(0, device=self.device)  # [total]
-        else:
+        elif packed:
             flat = buf.audio[:total].to(self.device, non_blocking=True)  # [total], consumed below
+        else:
+            flat = torch.empty(total, dtype=torch.float32, device=self.device)  # [total]
+        if any(pinned):
+            # One call for the group's DMA copies (later in stream order than the packed copy, so
+            # they overwrite its unused ranges); the arrays stay alive until `copied` is done.
+            picked = [(a, start, n) for a, start, n, p in zip(parts, offsets.tolist(), lengths.tolist(), pinned) if p]
+            torch._foreach_copy_([flat[start : start + n] for _, start, n in picked],
+                                 [torch.from_numpy(a) for a, _, _ in picked], non_blocking=True)  # fmt: skip
+            buf.holds = [a for a, _, _ in picked]
         if buf.copied is not None:
             buf.copied.record()
         audio = torch.zeros(g, N_SAMPLES, dtype=torch.float32, device=self.device)  # [G, N_SAMPLES]

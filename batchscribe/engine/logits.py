@@ -31,24 +31,23 @@ class RuleSpec:
 
 
 class LogitRules:
-    """Builds the rule masks once on a device and applies them to a batch of rows."""
+    """Builds the rule's token sets once on a device and applies them to a batch of rows.
+
+    Every rule writes -inf into a fixed range or list of columns under a per-row condition, so it is
+    applied to that slice of the logits with a [B, 1] condition: on the GPU, W1's steps spent ~30 %
+    of their time building [B, n_vocab] masks and filling whole rows with them.
+    """
 
     def __init__(self, spec: RuleSpec, device: torch.device | str):
         self.spec = spec
-        vocab = torch.arange(spec.n_vocab, device=device)
-        self.is_timestamp = vocab >= spec.timestamp_begin  # [V]
-        self.is_text = ~self.is_timestamp  # [V]: text and special tokens below <|0.00|>
-        self.below_eot = vocab < spec.eot  # [V]
-        self.vocab = vocab
-        self.suppress = torch.zeros(spec.n_vocab, dtype=torch.bool, device=device)
-        self.suppress[list(spec.suppress)] = True
-        self.blank = torch.zeros(spec.n_vocab, dtype=torch.bool, device=device)
-        self.blank[list(spec.blank)] = True
-        initial_limit = spec.n_vocab
+        ids = dict(dtype=torch.long, device=device)
+        self.suppress_ids = torch.tensor(sorted(set(spec.suppress)), **ids)  # [n_suppress]
+        self.blank_ids = torch.tensor(sorted(set(spec.blank)), **ids)  # [n_blank]
+        self.timestamp_ids = torch.arange(spec.timestamp_begin, spec.n_vocab, **ids)  # [n_timestamps]
+        # At the first sampled position only timestamps up to the max initial one are allowed.
+        self.initial_limit = spec.n_vocab
         if spec.max_initial_timestamp_index is not None:
-            initial_limit = spec.timestamp_begin + spec.max_initial_timestamp_index + 1
-        # At the first sampled position: only timestamps up to the max initial one.
-        self.initial_forbidden = self.is_text | (vocab >= initial_limit)  # [V]
+            self.initial_limit = min(spec.n_vocab, spec.timestamp_begin + spec.max_initial_timestamp_index + 1)
 
     def apply(
         self,
@@ -60,41 +59,48 @@ class LogitRules:
     ) -> torch.Tensor:
         n_sampled = next_pos - sample_begin  # [B] tokens sampled so far
         at_begin = (n_sampled == 0)[:, None]  # [B, 1]
-        logits.masked_fill_(at_begin & self.blank, NEG_INF)  # SuppressBlank
-        logits.masked_fill_(self.suppress, NEG_INF)  # SuppressTokens
+        if self.blank_ids.numel():  # SuppressBlank
+            blank = logits.index_select(1, self.blank_ids).masked_fill_(at_begin, NEG_INF)
+            logits.index_copy_(1, self.blank_ids, blank)
+        if self.suppress_ids.numel():  # SuppressTokens
+            logits.index_fill_(1, self.suppress_ids, NEG_INF)
         if self.spec.timestamps:
             self._timestamp_rules(logits, tokens, next_pos, n_sampled, at_begin, last_timestamp)
         return logits
 
     def _timestamp_rules(self, logits, tokens, next_pos, n_sampled, at_begin, last_timestamp) -> None:
         spec = self.spec
+        tb = spec.timestamp_begin
+        text, stamps = logits[:, :tb], logits[:, tb:]  # views: [B, tb] and [B, V - tb]
         logits[:, spec.no_timestamps] = NEG_INF
         ctx = tokens.shape[1]
         last = tokens.gather(1, (next_pos - 1).clamp(0, ctx - 1)[:, None]).squeeze(1)
         penult = tokens.gather(1, (next_pos - 2).clamp(0, ctx - 1)[:, None]).squeeze(1)
-        last_was_ts = (n_sampled >= 1) & (last >= spec.timestamp_begin)  # [B]
-        penult_was_ts = (n_sampled < 2) | (penult >= spec.timestamp_begin)  # [B]
+        last_was_ts = (n_sampled >= 1) & (last >= tb)  # [B]
+        penult_was_ts = (n_sampled < 2) | (penult >= tb)  # [B]
 
         # Timestamps come in pairs, except directly before end-of-text.
-        pair_done = (last_was_ts & penult_was_ts)[:, None]
+        pair_done = (last_was_ts & penult_was_ts)[:, None]  # [B, 1]
         pair_open = (last_was_ts & ~penult_was_ts)[:, None]
-        logits.masked_fill_(pair_done & self.is_timestamp, NEG_INF)
-        logits.masked_fill_(pair_open & self.below_eot, NEG_INF)
+        stamps.masked_fill_(pair_done, NEG_INF)
+        logits[:, : spec.eot].masked_fill_(pair_open, NEG_INF)
 
         # Timestamps never decrease, and a closed segment must have non-zero length.
         has_ts = last_timestamp >= 0
         floor = torch.where(pair_open.squeeze(1), last_timestamp, last_timestamp + 1)
-        floor = torch.where(has_ts, floor, torch.full_like(floor, spec.timestamp_begin))
-        logits.masked_fill_(self.is_timestamp & (self.vocab[None, :] < floor[:, None]), NEG_INF)
+        floor = torch.where(has_ts, floor, torch.full_like(floor, tb))
+        stamps.masked_fill_(self.timestamp_ids[None, :] < floor[:, None], NEG_INF)  # [B, V - tb] mask
 
         # The first sampled token is a timestamp no later than max_initial_timestamp.
-        logits.masked_fill_(at_begin & self.initial_forbidden, NEG_INF)
+        text.masked_fill_(at_begin, NEG_INF)
+        logits[:, self.initial_limit :].masked_fill_(at_begin, NEG_INF)
 
-        # If timestamps together outweigh every single text token, sample a timestamp.
+        # If timestamps together outweigh every single text token, sample a timestamp (openai
+        # reduces the same slices of the log-probabilities).
         logprobs = torch.log_softmax(logits, dim=-1)
-        ts_mass = logprobs.masked_fill(self.is_text, NEG_INF).logsumexp(dim=-1)  # [B]
-        best_text = logprobs.masked_fill(self.is_timestamp, NEG_INF).amax(dim=-1)  # [B]
-        logits.masked_fill_((ts_mass > best_text)[:, None] & self.is_text, NEG_INF)
+        ts_mass = logprobs[:, tb:].logsumexp(dim=-1)  # [B]
+        best_text = logprobs[:, :tb].amax(dim=-1)  # [B]
+        text.masked_fill_((ts_mass > best_text)[:, None], NEG_INF)
 
 
 _MASK = (1 << 64) - 1
