@@ -133,7 +133,7 @@ class Engine:
         # Looks queued just before an admission: the host then packs the group's audio (~10 ms
         # for 64 LibriSpeech windows) while the GPU steps the running rows, instead of idling
         # once the one look behind the lag is done.
-        self.looks_before_admission = 1 if self.graphs is not None else 0
+        self.looks_before_admission = 2 if self.graphs is not None else 0
 
     def _build(
         self,
