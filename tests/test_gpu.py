@@ -267,8 +267,8 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
 
 
 def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
-    """On the GPU, `run` has decode threads decode into the engine's pinned arena and admission copies
-    those samples as they are; the records equal a run whose audio was packed (processes)."""
+    """On the GPU, `run(pinned_arena=True)` has decode threads decode into the engine's pinned arena and
+    admission copies those samples as they are; the records equal a run whose audio was packed."""
     import json
 
     from batchscribe.api import Transcriber
@@ -282,8 +282,8 @@ def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir,
     texts = {}
     for threads in (True, False):
         out = tmp_path / f"threads-{threads}"
-        run([str(parquet)], out, RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3),
-            transcriber_factory=lambda _: t)  # fmt: skip
+        opts = RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3, pinned_arena=True)
+        run([str(parquet)], out, opts, transcriber_factory=lambda _: t)
         records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
         texts[threads] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
         arena = next(iter(t._engines.values())).decoder.arena

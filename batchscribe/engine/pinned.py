@@ -1,11 +1,16 @@
 """Pinned host memory that decode threads decode into, so audio reaches the GPU without a host copy.
 
 Build item 4 of the GPU engine: decoded audio arrives in pinned memory. One pinned block is
-allocated when the engine is built (never during a run: page-locking takes the CUDA driver's locks,
-and CUDA calls from decode threads stalled the engine's launches, docs/GPU_NOTES.md). Decode threads
-take each item's samples from it (`decode_audio(allocate=arena.allocate)`); admission then copies
-them to the device with asynchronous DMA instead of first packing every sample into its staging
-buffer under the GIL (~6 ms per 64 LibriSpeech windows on the H200 host).
+allocated once, at start-up (never per item: page-locking takes the CUDA driver's locks, and CUDA
+calls from decode threads stalled the engine's launches, docs/GPU_NOTES.md). Decode threads take
+each item's samples from it (`decode_audio(allocate=arena.allocate)`); admission then copies them
+to the device with asynchronous DMA instead of first packing every sample into its staging buffer
+(~6 ms per 64 LibriSpeech windows on the H200 host).
+
+Opt-in (`RunOptions.pinned_arena`): on the H200 it cut W1's packing (admit_stage 0.27-0.31 ->
+0.11-0.17 s) but the decode threads then waited longer, and end to end it was not faster (one
+run, 5,771 vs 6,066-6,573 without; that version made a ctypes array type per item, replaced since
+by `_Range`, unmeasured on the GPU).
 
 Items are carved from the block as a ring, in the order they are decoded, and given back when the
 last view of their samples dies; when the ring is full (a long item still alive at its tail), an
@@ -14,7 +19,6 @@ item simply gets ordinary memory and is packed as before.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import weakref
@@ -33,6 +37,15 @@ def default_arena_samples() -> int:
     except (ValueError, OSError, AttributeError):
         ram = 16 << 30
     return int(min(ARENA_MAX_BYTES, ram * ARENA_RAM_FRACTION)) // 4
+
+
+class _Range:
+    """Exposes [n] float32 at an address to numpy (the array interface), and can be weakly referenced."""
+
+    __slots__ = ("__array_interface__", "__weakref__")
+
+    def __init__(self, address: int, n_samples: int):
+        self.__array_interface__ = {"data": (address, False), "shape": (n_samples,), "typestr": "<f4", "version": 3}
 
 
 class PinnedArena:
@@ -56,11 +69,12 @@ class PinnedArena:
                 self.fallbacks += 1
         if entry is None:
             return np.empty(n_samples, dtype=np.float32)
-        # A ctypes array owns the view: numpy views and tensors of the samples keep it alive, and
-        # its finalizer gives the range back once the last of them is gone.
-        owner = (ctypes.c_float * n_samples).from_address(self._base + 4 * entry[0])
+        # A small object owns the view: numpy views and tensors of the samples keep it alive (numpy
+        # records the first non-array owner as every view's base), and its finalizer gives the range
+        # back once the last of them is gone.
+        owner = _Range(self._base + 4 * entry[0], n_samples)
         weakref.finalize(owner, self._release, entry)
-        return np.ctypeslib.as_array(owner)
+        return np.asarray(owner)
 
     def holds(self, samples: np.ndarray) -> bool:
         """Do these samples lie in the pinned block (so the GPU can copy them asynchronously)?"""
