@@ -24,8 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from batchscribe.engine.engine import Engine
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "train-clean-5-00000-of-00008.parquet"
@@ -52,7 +56,7 @@ def load_audio(parquet: Path, n: int) -> list[tuple[str, np.ndarray]]:
     return [(item_id, decode_audio(audio["bytes"])) for item_id, audio in rows]
 
 
-def capture(engine, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
+def capture(engine: Engine, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
     """Transcribe once, keeping every window result the engine folds in (in its order)."""
     from batchscribe.engine.engine import Engine
 
@@ -70,14 +74,14 @@ def capture(engine, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured]
     return seen, records
 
 
-def fresh_items(engine, windows: list[Captured], audio: dict[str, np.ndarray]) -> dict:
+def fresh_items(engine: Engine, windows: list[Captured], audio: dict[str, np.ndarray]) -> dict:
     """The items as the engine holds them when their first window finishes (admitted, no segments)."""
     from batchscribe.engine.engine import _Item
 
     return {w.item_id: _Item(w.item_id, audio[w.item_id], engine.forced_language) for w in windows}
 
 
-def replay(engine, windows: list[Captured], items: dict) -> list[dict]:
+def replay(engine: Engine, windows: list[Captured], items: dict) -> list[dict]:
     """The engine's per-window and per-item host work (collect() in transcribe_stream), nothing else."""
     records = []
     for w in windows:
@@ -99,7 +103,7 @@ def best_of(rounds: int, repeat: int, fn: Callable[[], object]) -> float:
 
 
 def parts(
-    engine, windows: list[Captured], audio: dict[str, np.ndarray], rounds: int, repeat: int
+    engine: Engine, windows: list[Captured], audio: dict[str, np.ndarray], rounds: int, repeat: int
 ) -> dict[str, Callable[[], object]]:
     """Each part alone, on the arguments the engine gave it in one replay (recorded by a spy)."""
     from batchscribe.engine import engine as engine_module
@@ -156,7 +160,7 @@ def load_windows(path: Path) -> tuple[list[Captured], list[dict]]:
     return windows, data["records"]
 
 
-def transcribe(args: argparse.Namespace):
+def transcribe(args: argparse.Namespace) -> tuple[Engine, list[Captured], list[dict]]:
     """The engine of a real model, and the windows it folded in transcribing real speech."""
     from batchscribe.api import Transcriber
     from batchscribe.config import default_cache_dir
@@ -171,7 +175,7 @@ def transcribe(args: argparse.Namespace):
     return engine, windows, records
 
 
-def weightless_engine(folder: Path):
+def weightless_engine(folder: Path) -> Engine:
     """An engine whose model is randomly initialised: finishing windows reads only the tokenizer."""
     import torch
 
@@ -188,7 +192,11 @@ def weightless_engine(folder: Path):
 
 
 def main() -> None:
+    import platform
+
     import torch
+
+    import common
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parquet", type=Path, default=DEFAULT_PARQUET)
@@ -214,6 +222,7 @@ def main() -> None:
         engine, windows, transcribed = transcribe(args)
         if args.save_windows:
             save_windows(args.save_windows, windows, transcribed)
+    print(f"{common.hardware()}, Python {platform.python_version()}, commit {common.commit()}")
     lengths = {w.item_id: w.n_samples for w in windows}
     audio = {item_id: np.zeros(n, np.float32) for item_id, n in lengths.items()}  # only its length is read
     print(f"{len(lengths)} items, {len(windows)} windows, "

@@ -200,6 +200,69 @@ def test_decode_random_tokens_equal_references(tok: Tokenizer, folder: Path) -> 
         assert ours == hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False), ids
 
 
+def test_decode_every_token_and_broken_utf8_equal_references(tok: Tokenizer, folder: Path) -> None:
+    """Decoding joins the tokens' bytes in Python: every single token, and runs of tokens that are
+    pieces of UTF-8 characters (Japanese, emoji, bytes no character starts with), decode as openai's
+    tokenizer (tiktoken's bytes, errors="replace"), as `tokenizers` and as transformers."""
+    from transformers import WhisperTokenizer
+
+    ref = openai_tokenizer(tok)
+    hf = WhisperTokenizer.from_pretrained(folder)
+    token_bytes = [ref.encoding.decode_single_token_bytes(i) for i in range(tok.eot)]
+    for i in range(tok.eot):
+        assert tok.decode([i]) == ref.decode([i]) == tok._inner.decode([i], skip_special_tokens=False), i
+
+    def broken(b: bytes) -> bool:
+        try:
+            b.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+
+    pieces = [i for i, b in enumerate(token_bytes) if broken(b)]  # single bytes >= 0x80, partial characters
+    assert len(pieces) > 200
+    rng = random.Random(99)
+    for _ in range(2000):
+        n = rng.randrange(1, 12)
+        ids = [rng.choice(pieces) if rng.random() < 0.8 else rng.randrange(tok.eot) for _ in range(n)]
+        ours = tok.decode(ids)
+        assert ours == ref.decode(ids) == b"".join(token_bytes[i] for i in ids).decode("utf-8", "replace"), ids
+        assert ours == tok._inner.decode(ids, skip_special_tokens=False), ids
+    for ids in ([pieces[0], pieces[1], pieces[2]], [pieces[-1]], tok.encode(" 日本語のテキスト 🎉")):
+        assert tok.decode(ids) == hf.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+
+
+def test_decode_outside_the_vocabulary_is_left_to_tokenizers(tok: Tokenizer) -> None:
+    import tokenizers
+
+    # Negative ids must not index the byte table from its end: `tokenizers` rejects them.
+    with pytest.raises(OverflowError):
+        tok.decode([-1, *tok.encode(" hi")])
+    # A decoder that is not byte-level: no byte table, `tokenizers` decodes.
+    other = Tokenizer(tokenizers.Tokenizer.from_str(tok._inner.to_str()), multilingual=tok.is_multilingual)
+    other._inner.decoder = tokenizers.decoders.BPEDecoder()
+    ids = tok.encode(" Hello world")
+    assert other._decode_table is None and other._without_timestamps_table is None
+    assert other.decode(ids) == other._inner.decode(ids, skip_special_tokens=False) != tok.decode(ids)
+
+
+def test_decode_without_timestamps_equals_openai_decode(tok: Tokenizer) -> None:
+    """openai's Tokenizer.decode drops timestamps only: sampled specials such as <|en|> stay inline."""
+    ref = openai_tokenizer(tok)
+    tb = tok.timestamp_begin
+    rng = random.Random(7)
+    # Not <|nospeech|>: older tokenizer.json files spell it <|nocaptions|> (and it is never sampled).
+    specials = [tok.eot, tok.sot, tok.no_timestamps, tok.transcribe, *list(tok.language_tokens.values())[:3]]
+    for _ in range(500):
+        ids = [
+            rng.choice(specials) if r < 0.1 else tb + rng.randrange(1501) if r < 0.3 else rng.randrange(tok.eot)
+            for r in (rng.random() for _ in range(rng.randrange(0, 30)))
+        ]
+        text = tok.decode_without_timestamps(ids)
+        assert text == ref.decode(ids) == tok.decode_with_timestamps([t for t in ids if t < tb]), ids
+        assert tok.decode(ids) == ref.decode([t for t in ids if t < tok.eot]), ids
+
+
 def test_decode_drops_special_and_timestamp_tokens(tok: Tokenizer) -> None:
     ref = openai_tokenizer(tok)
     text_ids = ref.encode(SENTENCES[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from dataclasses import FrozenInstanceError, asdict, astuple, fields, replace
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,6 +28,7 @@ from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.output.verbose_json import (
     Segment,
     WindowStats,
+    clamp_segments,
     compression_ratio,
     make_error_record,
     make_record,
@@ -276,6 +278,9 @@ def test_records_validate_and_stay_in_bounds(tok: Tokenizer, data: st.DataObject
     assert record["language"] == "english"
     assert record["text"] == "".join(s.text for s in segments)
     assert [s["id"] for s in record["segments"]] == list(range(len(segments)))
+    # The segments are clamp_segments' result as the dataclass defines it, key order included.
+    expected = [{**asdict(s), "tokens": list(s.tokens)} for s in clamp_segments(segments, seconds)]
+    assert json.dumps(record["segments"]) == json.dumps(expected)
     previous_end = 0.0
     for s in record["segments"]:
         assert previous_end <= s["start"] <= s["end"] <= seconds
@@ -295,6 +300,21 @@ def test_clamping_rule(tok: Tokenizer) -> None:
     assert record["text"] == " a b c d"
 
 
+def test_segment_built_by_split_window_is_a_plain_segment(tok: Tokenizer) -> None:
+    # split_window fills a frozen dataclass's __dict__ directly: the object must be indistinguishable.
+    tb, hello = tok.timestamp_begin, tok.encode(" Hello")
+    window = split_window([tb, *hello, tb + 50], tok, time_offset=1.5, window_frames=3000, seek=150, stats=STATS)
+    built = window.segments[0]
+    plain = Segment(0, 150, 1.5, 2.5, " Hello", (tb, *hello, tb + 50), *astuple(STATS))
+    assert built == plain and hash(built) == hash(plain) and vars(built) == vars(plain)
+    assert list(vars(built)) == [f.name for f in fields(Segment)]
+    assert replace(built, id=3) == replace(plain, id=3)
+    with pytest.raises(FrozenInstanceError):
+        built.text = "changed"  # type: ignore[misc]
+    # to_dict: the fields in declaration order, tokens as a list (what json.dumps writes).
+    assert json.dumps(built.to_dict()) == json.dumps({**asdict(plain), "tokens": list(plain.tokens)})
+
+
 def test_language_names_follow_the_openai_api() -> None:
     assert make_record("x", [], "de", 1.0)["language"] == "german"
     assert make_record("x", [], "Haitian Creole", 1.0)["language"] == "haitian creole"
@@ -310,3 +330,46 @@ def test_error_record_and_passthrough() -> None:
     with pytest.raises(ValueError, match=r"\['text'\] would overwrite"):
         make_error_record("a", "e", {"text": "reference"})
     assert make_record("a", [], "en", 1.0, {"speaker": 3})["speaker"] == 3
+
+
+# -- real speech ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_fixture", ["tiny_en_dir", "base_dir"])
+def test_real_transcripts_decode_as_references(
+    request: pytest.FixtureRequest, model_fixture: str, shared_data: Path
+) -> None:
+    """Real transcripts (English; Japanese, Chinese, Korean, whose characters span tokens): each
+    segment's text is what openai's tokenizer and transformers' WhisperTokenizer decode from its
+    tokens, and the compression ratio of the item's tokens is openai's, from openai's decode."""
+    from transformers import WhisperTokenizer
+
+    from batchscribe.api import Transcriber
+    from batchscribe.audio.decode import decode_audio
+    from tests.test_tokenizer import openai_tokenizer
+
+    folder = request.getfixturevalue(model_fixture)
+    if model_fixture == "base_dir":
+        clips = sorted((shared_data / "multilingual" / "fleurs").glob("*.wav"))
+        clips += [shared_data / "multilingual" / "picovoice-leopard" / f"test_{c}.wav" for c in ("ja", "ko", "de")]
+    else:
+        clips = [shared_data / "misc" / "jfk.flac", *sorted((shared_data / "longform" / "earnings22").glob("*.wav"))]
+    t = Transcriber(str(folder), device="cpu", temperatures=(0.0,))
+    records = t.transcribe([(p.stem, decode_audio(p)) for p in clips])
+    tok, ref = t.tokenizer, openai_tokenizer(t.tokenizer)
+    hf = WhisperTokenizer.from_pretrained(folder)
+    n_segments = 0
+    for record in records:
+        window = [token for seg in record["segments"] for token in seg["tokens"]]
+        for seg in split_window(window, tok, time_offset=0.0, window_frames=3000, seek=0).segments + tuple(
+            Segment(**{**s, "tokens": tuple(s["tokens"])}) for s in record["segments"]
+        ):
+            text_ids = [token for token in seg.tokens if token < tok.eot]
+            assert seg.text == ref.decode(text_ids) == hf.decode(text_ids, clean_up_tokenization_spaces=False)
+            n_segments += bool(seg.text)
+        stats = WindowStats.from_decode(window, tok, temperature=0.0, sum_logprob=-1.0, no_speech_prob=0.0)
+        assert stats.compression_ratio == openai_compression_ratio(ref.decode(window).strip())
+    assert n_segments >= len(records)
+    if model_fixture == "base_dir":  # multibyte characters made it through
+        assert any("\u3040" <= c <= "\u9fff" for r in records for c in r["text"])

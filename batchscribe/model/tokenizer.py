@@ -181,7 +181,25 @@ class Tokenizer:
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Ids -> text, dropping every special and timestamp token (ids >= eot)."""
-        return self._inner.decode([t for t in tokens if t < self.eot], skip_special_tokens=False)
+        table = self._decode_table
+        if table is not None:
+            try:
+                return _join(table, tokens)
+            except KeyError:
+                pass  # an id outside the vocabulary (or negative): `tokenizers` decides
+        eot = self.eot
+        return self._inner.decode([t for t in tokens if t < eot], skip_special_tokens=False)
+
+    def decode_without_timestamps(self, tokens: Sequence[int]) -> str:
+        """Ids -> text, dropping timestamps but writing special tokens inline (openai's Tokenizer.decode)."""
+        table = self._without_timestamps_table
+        if table is not None:
+            try:
+                return _join(table, tokens)
+            except KeyError:
+                pass  # a special token (or an unknown id): decoded run by run
+        tb = self.timestamp_begin
+        return self.decode_with_timestamps([t for t in tokens if t < tb])
 
     def decode_with_timestamps(self, tokens: Sequence[int]) -> str:
         """Ids -> text with special and timestamp tokens written inline, e.g. "<|1.08|> Hello<|2.00|>"."""
@@ -192,12 +210,52 @@ class Tokenizer:
                 run.append(token)
                 continue
             if run:
-                parts.append(self._inner.decode(run, skip_special_tokens=False))
+                parts.append(self.decode(run))
                 run = []
             parts.append(self._inner.id_to_token(token) or f"<|id:{token}|>")
         if run:
-            parts.append(self._inner.decode(run, skip_special_tokens=False))
+            parts.append(self.decode(run))
         return "".join(parts)
+
+    # The GPU engine's one host thread decodes every window and segment. A Rust call per decode
+    # cost more than the decoding itself, so text is decoded here from these tables of bytes.
+
+    @cached_property
+    def _decode_table(self) -> dict[int, bytes] | None:
+        """decode's: each text token's bytes, and b"" for every special and timestamp id it drops.
+        None where the decoder is not byte-level BPE (`tokenizers` decodes then)."""
+        text = self._text_token_bytes()
+        return None if text is None else text | dict.fromkeys(range(self.eot, self.n_vocab), b"")
+
+    @cached_property
+    def _without_timestamps_table(self) -> dict[int, bytes] | None:
+        """decode_without_timestamps': text tokens and timestamps (b""); specials are absent, so a
+        window that sampled one (rare) is decoded run by run, with the special written inline."""
+        table, eot, tb = self._decode_table, self.eot, self.timestamp_begin
+        return None if table is None else {i: b for i, b in table.items() if not eot <= i < tb}
+
+    def _text_token_bytes(self) -> dict[int, bytes] | None:
+        """The bytes of every text token (ids < eot), as `tokenizers`' ByteLevel decoder sees them.
+
+        That decoder maps each character of each token to the byte it stands for (a token with a
+        character outside the 256-symbol alphabet keeps its UTF-8 bytes), joins the bytes and
+        decodes them with replacement characters, as openai's Tokenizer.decode does with tiktoken's
+        bytes; `_join` does the same.
+        """
+        if not isinstance(self._inner.decoder, tokenizers.decoders.ByteLevel):
+            return None
+        symbols = _byte_level_symbols()
+        if set(symbols) != set(tokenizers.pre_tokenizers.ByteLevel.alphabet()):
+            return None
+        added = self._inner.get_added_tokens_decoder()  # decoded as they are, not byte by byte
+        table: dict[int, bytes] = {}
+        for token, token_id in self._inner.get_vocab(with_added_tokens=False).items():
+            if token_id < self.eot and token_id not in added:
+                if all(c in symbols for c in token):
+                    table[token_id] = bytes(symbols[c] for c in token)
+                else:
+                    table[token_id] = token.encode("utf-8")
+        return table
 
     # -- suppression lists ---------------------------------------------------------------------
 
@@ -243,6 +301,21 @@ class Tokenizer:
     def blank_tokens(self) -> tuple[int, ...]:
         """Suppressed at the first sampled position (openai SuppressBlank): a space and eot."""
         return (*self.encode(" "), self.eot)
+
+
+def _join(table: dict[int, bytes], tokens: Sequence[int]) -> str:
+    """The tokens' bytes joined and decoded as UTF-8, invalid bytes as U+FFFD (both loops run in C)."""
+    return b"".join(map(table.__getitem__, tokens)).decode("utf-8", "replace")
+
+
+def _byte_level_symbols() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet, symbol -> the byte it stands for: printable Latin-1 bytes
+    stand for themselves, the other 68 bytes take the code points from U+0100 up, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    symbols = {chr(b): b for b in printable}
+    others = [b for b in range(256) if chr(b) not in symbols]
+    symbols.update({chr(0x100 + n): b for n, b in enumerate(others)})
+    return symbols
 
 
 def _restore_missing_merges(data: dict) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from batchscribe.constants import HOP_LENGTH, N_AUDIO_CTX, N_FRAMES, SAMPLE_RATE
@@ -27,9 +27,9 @@ class _TokenizerLike(Protocol):
     eot: int
     timestamp_begin: int
 
-    def decode(self, tokens: Sequence[int]) -> str: ...
+    def decode(self, tokens: Sequence[int]) -> str: ...  # drops ids >= eot (specials, timestamps)
 
-    def decode_with_timestamps(self, tokens: Sequence[int]) -> str: ...
+    def decode_without_timestamps(self, tokens: Sequence[int]) -> str: ...  # specials stay, inline
 
 
 def compression_ratio(text: str) -> float:
@@ -63,7 +63,7 @@ class WindowStats:
         the +1. The ratio is of the stripped text with only timestamps dropped (openai's
         `Tokenizer.decode`: a sampled special token such as <|en|> stays in the text).
         """
-        text = tokenizer.decode_with_timestamps([t for t in tokens if t < tokenizer.timestamp_begin])
+        text = tokenizer.decode_without_timestamps(tokens)
         return cls(
             temperature=temperature,
             avg_logprob=sum_logprob / (len(tokens) + 1),
@@ -86,12 +86,17 @@ class Segment:
     no_speech_prob: float
 
     def to_dict(self) -> dict[str, Any]:
-        # Field by field, not dataclasses.asdict: its deep copy was half of a record's host time,
-        # which the GPU engine's thread spends between launches.
-        return {name: getattr(self, name) for name in _SEGMENT_FIELDS} | {"tokens": list(self.tokens)}
+        """The fields in declaration order, tokens as a list (TranscriptionSegment's JSON types)."""
+        return self._as_dict(self.id, self.start, self.end)
 
-
-_SEGMENT_FIELDS = tuple(f.name for f in fields(Segment))
+    def _as_dict(self, id: int, start: float, end: float) -> dict[str, Any]:
+        # One dict literal, not dataclasses.asdict (a deep copy) or a loop over the fields: the GPU
+        # engine's one host thread builds every record between launches. The order is tested.
+        return {
+            "id": id, "seek": self.seek, "start": start, "end": end, "text": self.text,
+            "tokens": list(self.tokens), "temperature": self.temperature, "avg_logprob": self.avg_logprob,
+            "compression_ratio": self.compression_ratio, "no_speech_prob": self.no_speech_prob,
+        }  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -118,10 +123,10 @@ def split_window(
     """
     tokens = list(tokens)
     tb = tokenizer.timestamp_begin
-    is_ts = [t >= tb for t in tokens]
-    single_timestamp_ending = is_ts[-2:] == [False, True]
+    stamps = [i for i, t in enumerate(tokens) if t >= tb]  # where the timestamp tokens are
+    single_timestamp_ending = len(tokens) >= 2 and tokens[-1] >= tb and tokens[-2] < tb
     # Index of the second token of every timestamp pair: a segment boundary.
-    boundaries = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+    boundaries = [j for i, j in zip(stamps, stamps[1:]) if j == i + 1]
 
     pieces: list[tuple[float, float, list[int]]] = []  # (start, end, tokens)
     if boundaries:
@@ -146,23 +151,34 @@ def split_window(
         # No pair (e.g. without-timestamps mode): one segment for the whole window, ending at its
         # last timestamp when there is one other than <|0.00|>.
         duration = window_frames * HOP_LENGTH / SAMPLE_RATE
-        timestamps = [t for t in tokens if t >= tb]
-        if timestamps and timestamps[-1] != tb:
-            duration = (timestamps[-1] - tb) * TIME_PRECISION
+        if stamps and tokens[stamps[-1]] != tb:
+            duration = (tokens[stamps[-1]] - tb) * TIME_PRECISION
         pieces.append((time_offset, time_offset + duration, tokens))
         next_seek = seek + window_frames
 
     segments = []
     for i, (start, end, piece) in enumerate(pieces):
-        text = tokenizer.decode([t for t in piece if t < tokenizer.eot])
+        text = tokenizer.decode(piece)  # openai: decode([t for t in piece if t < eot])
         if start == end or not text.strip():
             # openai keeps instantaneous or blank segments but empties them.
             text, piece = "", []
-        segments.append(
-            Segment(i, seek, start, end, text, tuple(piece), stats.temperature, stats.avg_logprob,
-                    stats.compression_ratio, stats.no_speech_prob)  # fmt: skip
-        )
+        segments.append(_segment(i, seek, start, end, text, tuple(piece), stats))
     return WindowResult(tuple(segments), next_seek, single_timestamp_ending)
+
+
+def _segment(
+    id: int, seek: int, start: float, end: float, text: str, tokens: tuple[int, ...], stats: WindowStats
+) -> Segment:
+    """Segment(...) in half the time: a frozen dataclass's __init__ sets each of the ten fields
+    through object.__setattr__; this fills the new instance's __dict__ at once (equal objects,
+    tested). The GPU engine's one host thread builds every segment between launches."""
+    seg = object.__new__(Segment)
+    seg.__dict__.update({
+        "id": id, "seek": seek, "start": start, "end": end, "text": text, "tokens": tokens,
+        "temperature": stats.temperature, "avg_logprob": stats.avg_logprob,
+        "compression_ratio": stats.compression_ratio, "no_speech_prob": stats.no_speech_prob,
+    })  # fmt: skip
+    return seg
 
 
 def clamp_segments(segments: Sequence[Segment], duration: float) -> list[Segment]:
@@ -173,14 +189,19 @@ def clamp_segments(segments: Sequence[Segment], duration: float) -> list[Segment
     in the last, partly empty window, and a window's first timestamp may fall before the previous
     window's last end; both are moved, never dropped, so text and tokens stay intact.
     """
-    out: list[Segment] = []
+    times = _clamped_times(segments, duration)
+    return [replace(seg, id=i, start=start, end=end) for i, (seg, (start, end)) in enumerate(zip(segments, times))]
+
+
+def _clamped_times(segments: Sequence[Segment], duration: float) -> list[tuple[float, float]]:
+    """clamp_segments' (start, end) of each segment, without building new segments."""
+    times = []
     previous_end = 0.0
-    for i, seg in enumerate(segments):
+    for seg in segments:
         start = min(max(seg.start, previous_end), duration)
-        end = min(max(seg.end, start), duration)
-        out.append(replace(seg, id=i, start=start, end=end))
-        previous_end = end
-    return out
+        previous_end = end = min(max(seg.end, start), duration)
+        times.append((start, end))
+    return times
 
 
 def make_record(
@@ -200,13 +221,14 @@ def make_record(
         raise ValueError(f"item {item_id!r}: unknown language {language!r}; pass a Whisper code such as 'en'")
     if duration < 0:
         raise ValueError(f"item {item_id!r}: duration {duration} is negative")
-    segs = clamp_segments(segments, duration)
+    times = _clamped_times(segments, duration)
     record: dict[str, Any] = {
         "id": item_id,
-        "text": "".join(s.text for s in segs),
+        "text": "".join([s.text for s in segments]),
         "language": language_name(code),
         "duration": duration,
-        "segments": [s.to_dict() for s in segs],
+        # clamp_segments' result as dicts, without the intermediate segments.
+        "segments": [seg._as_dict(i, start, end) for i, (seg, (start, end)) in enumerate(zip(segments, times))],
     }
     return _with_extra(record, extra)
 
