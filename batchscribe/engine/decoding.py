@@ -266,8 +266,9 @@ class SlotDecoder:
     def _stage(self, requests: list[WindowRequest], slots: list[int]) -> _Staged:
         """Pack the group on the host, send each buffer with one copy, pad the audio on the device.
 
-        Only the real samples cross to the device; zero padding is made there. Audio the decode
-        threads already put on the device (engine.upload) is concatenated there instead.
+        Only the real samples cross to the device; zero padding is made there. Samples in the pinned
+        arena are copied by DMA as they are, not packed; audio a caller already put on the device is
+        concatenated there.
         """
         buf = self._staging[self._staging_turn]
         self._staging_turn ^= 1

@@ -9,8 +9,8 @@ of a dozen, each of which would wait to reacquire the GIL from the decode thread
 captured largest first into one shared memory pool (as nano-vllm does), so the smaller graphs
 reuse the largest graph's scratch memory.
 
-Captures use `capture_error_mode="thread_local"`: decode threads copy audio to the device on their
-own streams while the engine may capture (the sampling graphs are captured on first use, mid-run).
+Captures use `capture_error_mode="thread_local"`: the sampling graphs are captured on first use,
+mid-run, while other threads of the process (decode threads, a caller's) may still call CUDA.
 """
 
 from __future__ import annotations
