@@ -181,3 +181,24 @@ def test_summary_and_versions(tmp_path: Path) -> None:
     path = writers.write_summary(tmp_path, {"items": 3, "rtfx": float("inf")})
     assert json.loads(path.read_text()) == {"items": 3, "rtfx": None}
     assert os.path.basename(path) == "summary.json"
+
+
+def test_jsonl_encoded_on_arrival_equals_json_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are encoded as they are added (off the shard's commit), and the shard is exactly the
+    json module's lines; a record that cannot be encoded is refused at add() and leaves the buffer
+    as it was; a failed commit keeps records and lines together for the retry."""
+    w = ShardWriter(tmp_path, "jsonl", shard_size=3)
+    w.add(ok_record(0))
+    with pytest.raises(TypeError, match="not JSON serialisable"):
+        w.add({**ok_record(1), "extra": object()})
+    assert w.pending == 1
+    nan = {**ok_record(2), "duration": float("nan")}
+    w.add(nan)
+    monkeypatch.setattr(writers.os, "replace", lambda src, dst: (_ for _ in ()).throw(OSError(28, "full")))
+    with pytest.raises(OSError):
+        w.add(ok_record(3))  # the third record commits the shard, which fails
+    monkeypatch.undo()
+    w.flush()
+    expected = [ok_record(0), {**nan, "duration": None}, ok_record(3)]
+    text = (tmp_path / "records-00000.jsonl").read_text(encoding="utf-8")
+    assert text == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in expected)
