@@ -169,7 +169,8 @@ def run(
     state = open_output(output_dir, opts.format, prefix, overwrite=opts.overwrite)
     config = run_config(inputs, opts)
     check_run_config(output_dir, config)
-    items = _peeked(iter_source(inputs, opts.source))  # input and column errors before the model loads
+    source = dataclasses.replace(opts.source, audio_views=_threads_expected(opts))
+    items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
     load_start = time.monotonic()
     transcriber = (transcriber_factory or default_transcriber)(opts)
     load_seconds = time.monotonic() - load_start
@@ -197,6 +198,18 @@ def run(
             f"field of the failed records, fix the input, then rerun (completed ids are skipped)."
         )
     return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _threads_expected(opts: RunOptions) -> bool:
+    """Will decoding run in threads of this process (as `_pipeline` decides, before the model is
+    loaded)? A wrong guess costs only speed or memory: decode processes copy views anyway."""
+    if opts.decode_threads is not None:
+        return opts.decode_threads
+    if opts.device == "auto":
+        import torch
+
+        return torch.cuda.is_available()
+    return opts.device.startswith("cuda")
 
 
 def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:

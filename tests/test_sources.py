@@ -69,15 +69,16 @@ def test_parquet_file(parquet_path: Path, reference: list[dict]) -> None:
 
 def test_parquet_bytes_are_views_of_arrow_buffers_and_pickle_as_bytes(tmp_path: Path, parquet_path: Path,
                                                                     reference: list[dict]) -> None:
-    """Encoded audio is handed out without a copy (a flat read-only byte view), for a {bytes, path}
-    struct column (nulls included) and a plain binary column; pickling (to a decode process) sends
-    bytes. pyarrow's own to_pylist is the reference."""
+    """With audio_views, encoded audio is handed out without a copy (a flat read-only byte view), for
+    a {bytes, path} struct column (nulls included) and a plain binary column; pickling (to a decode
+    process) sends bytes. Without, bytes. pyarrow's own to_pylist is the reference."""
     import pickle
 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    items = list(iter_source([str(parquet_path)], SourceOptions()))
+    assert all(type(i.audio_bytes) is bytes for i in iter_source([str(parquet_path)], SourceOptions()))  # copies
+    items = list(iter_source([str(parquet_path)], SourceOptions(audio_views=True)))
     assert all(isinstance(i.audio_bytes, memoryview) and i.audio_bytes.format == "B" for i in items)
     again = pickle.loads(pickle.dumps(items[3]))
     assert type(again.audio_bytes) is bytes and again == SourceItem(items[3].id, reference[3]["audio"]["bytes"],
@@ -91,7 +92,7 @@ def test_parquet_bytes_are_views_of_arrow_buffers_and_pickle_as_bytes(tmp_path: 
     for name, column in (("struct", with_nulls), ("binary", pa.array(blobs, pa.large_binary()))):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(pa.table({"id": table.column("id"), "audio": column}), path, row_group_size=4)
-        got = list(iter_source([str(path)], SourceOptions()))
+        got = list(iter_source([str(path)], SourceOptions(audio_views=True)))
         assert [i.id for i in got] == table.column("id").to_pylist()
         for i, item in enumerate(got):
             if name == "struct" and i == 4:

@@ -69,6 +69,10 @@ class SourceOptions:
     num_shards: int = 1
     shard_index: int = 0
     limit: int | None = None  # items of this shard, counted after sharding
+    # Parquet audio bytes as views of Arrow's buffers instead of copies: for decoding in threads of
+    # this process (GPU runs), where each copy held the GIL. Copies cost decode processes less
+    # memory (views keep whole Arrow batches alive until the pool copies them anyway).
+    audio_views: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passthrough", tuple(self.passthrough))
@@ -352,8 +356,8 @@ def _read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
         batches = pfile.iter_batches(batch_size=_PARQUET_BATCH_ROWS, row_groups=[group], columns=cols.needed,
                                      use_threads=False)  # fmt: skip
         for batch in batches:
-            columns = {name: _cells(batch.column(name)) if name == cols.audio else batch.column(name).to_pylist()
-                       for name in cols.needed}  # fmt: skip
+            columns = {name: _cells(batch.column(name)) if name == cols.audio and opts.audio_views
+                       else batch.column(name).to_pylist() for name in cols.needed}  # fmt: skip
             n_rows = batch.num_rows
             del batch
             for i in range(n_rows):
