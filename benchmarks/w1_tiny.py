@@ -1,7 +1,10 @@
 """W1: tiny.en on LibriSpeech, from Parquet bytes to written records, against transformers.
 
-    python benchmarks/w1_tiny.py --parquet ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet \
-        [--replicate 10] [--model tiny.en] [--peer-batch 256]
+    python benchmarks/w1_tiny.py --parquet FIRST100.parquet [--replicate 10] [--model tiny.en] [--peer-batch 256]
+
+FIRST100.parquet: the first 100 rows of ../shared/data/librispeech/train-clean-5-00000-of-00008.parquet
+(~13 s utterances, as BENCHMARKS.md measured its peer; `benchmarks/device/stage.sh` writes it). The
+test-other subset (7.7 s utterances) weighs per-item host costs more; both are in RESULTS.md.
 
 The Parquet rows are replicated (ids made unique) into a temporary Parquet file so that the run has
 >= 1,000 utterances. batchscribe runs its whole `run` pipeline (Parquet reader, decode workers,
