@@ -140,8 +140,7 @@ class Transcriber:
     def transcribe_stream(
         self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
     ) -> Iterator[dict]:
-        """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays (or 1-D
-        float32 tensors, e.g. already on this transcriber's device)."""
+        """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays."""
         yield from self._engine(options or self.options).transcribe_stream(items)
 
     def transcribe(

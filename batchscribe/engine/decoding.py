@@ -48,7 +48,7 @@ class WindowRequest:
     """One window to decode: up to 30 s of 16 kHz audio and how to decode it."""
 
     key: int  # the caller's handle for this window
-    audio: np.ndarray | torch.Tensor  # [n <= N_SAMPLES] float32, on the host or already on the device
+    audio: np.ndarray  # [n <= N_SAMPLES] float32
     prompt: tuple[int, ...]  # forced prefix; a language placeholder sits at LANGUAGE_POSITION if detecting
     detect_language: bool
     temperature: float
@@ -120,10 +120,6 @@ class Snapshot:
     ready: torch.cuda.Event | None  # recorded after the copy (CUDA); None on the CPU: copied at once
     n_rows: int = 0  # rows [0, n_rows) were copied: every slot occupied when it was taken
     generation: np.ndarray | None = None  # [n_slots] each slot's admission count when it was taken
-
-
-def _on_host(audio: np.ndarray | torch.Tensor) -> np.ndarray:
-    return audio.cpu().numpy() if isinstance(audio, torch.Tensor) else audio
 
 
 class SlotDecoder:
@@ -267,8 +263,7 @@ class SlotDecoder:
         """Pack the group on the host, send each buffer with one copy, pad the audio on the device.
 
         Only the real samples cross to the device; zero padding is made there. Samples in the pinned
-        arena are copied by DMA as they are, not packed; audio a caller already put on the device is
-        concatenated there.
+        arena are copied by DMA as they are, not packed.
         """
         buf = self._staging[self._staging_turn]
         self._staging_turn ^= 1
@@ -293,35 +288,31 @@ class SlotDecoder:
         for i, req in enumerate(requests):
             ints[i, _A_PROMPT : _A_PROMPT + len(req.prompt)] = req.prompt
         buf.floats[:g].numpy()[:] = [r.temperature for r in requests]
-        parts = [r.audio[:n] for r, n in zip(requests, lengths)]
-        uploaded = all(isinstance(a, torch.Tensor) and a.device == self.device for a in parts)
-        # Samples decoded into the pinned arena go to the device as they are; the rest are packed.
-        pinned = [not uploaded and self.arena is not None and isinstance(a, np.ndarray) and self.arena.holds(a)
-                  for a in parts]  # fmt: skip
-        packed = total and not uploaded and not all(pinned)
-        if packed and not any(pinned):
-            np.concatenate([_on_host(a) for a in parts], out=buf.audio[:total].numpy())
+        # (samples [n] float32, where they start in the flat group, in the pinned arena?) per window
+        parts = [(r.audio[:n], start, self.arena is not None and self.arena.holds(r.audio))
+                 for r, n, start in zip(requests, lengths.tolist(), offsets.tolist())]  # fmt: skip
+        picked = [(a, start) for a, start, pinned in parts if pinned]  # go to the device as they are
+        packed = bool(total) and len(picked) < g
+        if packed and not picked:
+            np.concatenate([a for a, _, _ in parts], out=buf.audio[:total].numpy())
         elif packed:
             host = buf.audio.numpy()
-            for a, start, n, p in zip(parts, offsets.tolist(), lengths.tolist(), pinned):
-                if not p:
-                    host[start : start + n] = _on_host(a)
+            for a, start, pinned in parts:
+                if not pinned:
+                    host[start : start + len(a)] = a
         # copy=True: on the CPU too, the staged group must not alias a buffer that is reused.
         ints_d = buf.ints[:g].to(self.device, non_blocking=True, copy=True)  # [G, _A_PROMPT + n_ctx]
         floats_d = buf.floats[:g].to(self.device, non_blocking=True, copy=True)  # [G]
-        if uploaded:
-            flat = torch.cat(parts) if total else torch.zeros(0, device=self.device)  # [total]
-        elif packed:
+        if packed:
             flat = buf.audio[:total].to(self.device, non_blocking=True)  # [total], consumed below
         else:
             flat = torch.empty(total, dtype=torch.float32, device=self.device)  # [total]
-        if any(pinned):
+        if picked:
             # One call for the group's DMA copies (later in stream order than the packed copy, so
             # they overwrite its unused ranges); the arrays stay alive until `copied` is done.
-            picked = [(a, start, n) for a, start, n, p in zip(parts, offsets.tolist(), lengths.tolist(), pinned) if p]
-            torch._foreach_copy_([flat[start : start + n] for _, start, n in picked],
-                                 [torch.from_numpy(a) for a, _, _ in picked], non_blocking=True)  # fmt: skip
-            buf.holds = [a for a, _, _ in picked]
+            torch._foreach_copy_([flat[start : start + len(a)] for a, start in picked],
+                                 [torch.from_numpy(a) for a, _ in picked], non_blocking=True)  # fmt: skip
+            buf.holds = [a for a, _ in picked]
         if buf.copied is not None:
             buf.copied.record()
         audio = torch.zeros(g, N_SAMPLES, dtype=torch.float32, device=self.device)  # [G, N_SAMPLES]

@@ -50,7 +50,7 @@ class _Item:
     """Host-side progress of one item through its windows."""
 
     id: str
-    audio: np.ndarray | torch.Tensor  # [n] float32, 16 kHz; a caller's tensor may already be on the device
+    audio: np.ndarray  # [n] float32, 16 kHz
     language_token: int | None  # forced, or detected on the first window
     seek: int = 0  # mel frames consumed
     temp_index: int = 0
@@ -63,13 +63,6 @@ class _Item:
     @property
     def duration(self) -> float:
         return len(self.audio) / SAMPLE_RATE
-
-
-def _samples(audio: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
-    """[n] float32: a host array, or a caller's 1-D float32 tensor (kept as it is, on its device)."""
-    if isinstance(audio, torch.Tensor) and audio.dtype == torch.float32 and audio.dim() == 1:
-        return audio
-    return np.asarray(audio, dtype=np.float32)
 
 
 def decoder_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> DecoderSpec:
@@ -297,7 +290,7 @@ class Engine:
                     break
                 finally:
                     clock["wait_input"] += time.perf_counter() - t0
-                item = _Item(item_id, _samples(audio), self.forced_language)
+                item = _Item(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
                 if item.content_frames == 0:
                     yield self._record(item)
                     continue

@@ -85,15 +85,8 @@ class GraphRunner:
         # collector in the middle of a capture, invalidate it (seen on the H200 when a benchmark
         # built a second engine in the same process).
         gc.collect()
-        # Warm up outside capture (cuBLAS handles, lazy kernels), on a side stream as torch asks.
-        stream = torch.cuda.Stream(dec.device)
-        stream.wait_stream(torch.cuda.current_stream(dec.device))
         dec.backend.prepare(self.buckets[-1])
-        with torch.cuda.stream(stream):
-            for _ in range(2):
-                dec._step(self.buckets[-1], self.kv_buckets[-1], sample)
-            dec.pack_snapshot(self.buckets[-1])
-        torch.cuda.current_stream(dec.device).wait_stream(stream)
+        _warm_up(dec, self.buckets[-1], self.kv_buckets[-1], sample, steps=2, pack=True)
         torch.cuda.synchronize(dec.device)
         for bucket in reversed(self.buckets):
             dec.backend.prepare(bucket)  # e.g. FlashInfer's plan: host work, never inside a capture
@@ -133,17 +126,26 @@ def one_step_seconds(decoder: SlotDecoder, bucket: int, repeats: int = 5) -> flo
     dec = decoder
     kv_len = (dec.kv_buckets or [dec.n_ctx])[0]
     dec.backend.prepare(bucket)
-    stream = torch.cuda.Stream(dec.device)
-    stream.wait_stream(torch.cuda.current_stream(dec.device))
-    with torch.cuda.stream(stream):  # warm-up outside the capture, as GraphRunner.capture does
-        dec._step(bucket, kv_len, False)
-    torch.cuda.current_stream(dec.device).wait_stream(stream)
+    _warm_up(dec, bucket, kv_len, False, steps=1, pack=False)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
         dec._step(bucket, kv_len, False)
     seconds = replay_seconds(graph, repeats)
     del graph
     return seconds
+
+
+def _warm_up(dec: SlotDecoder, bucket: int, kv_len: int, sample: bool, steps: int, pack: bool) -> None:
+    """Run what is about to be captured once outside the capture (cuBLAS handles, lazy kernels), on
+    a side stream as torch asks."""
+    stream = torch.cuda.Stream(dec.device)
+    stream.wait_stream(torch.cuda.current_stream(dec.device))
+    with torch.cuda.stream(stream):
+        for _ in range(steps):
+            dec._step(bucket, kv_len, sample)
+        if pack:
+            dec.pack_snapshot(bucket)
+    torch.cuda.current_stream(dec.device).wait_stream(stream)
 
 
 def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:

@@ -181,24 +181,18 @@ class Tokenizer:
 
     def decode(self, tokens: Sequence[int]) -> str:
         """Ids -> text, dropping every special and timestamp token (ids >= eot)."""
-        table = self._decode_table
-        if table is not None:
-            try:
-                return _join(table, tokens)
-            except KeyError:
-                pass  # an id outside the vocabulary (or negative): `tokenizers` decides
-        eot = self.eot
+        text = _join(self._decode_table, tokens)
+        if text is not None:
+            return text
+        eot = self.eot  # an id outside the vocabulary (or negative): `tokenizers` decides
         return self._inner.decode([t for t in tokens if t < eot], skip_special_tokens=False)
 
     def decode_without_timestamps(self, tokens: Sequence[int]) -> str:
         """Ids -> text, dropping timestamps but writing special tokens inline (openai's Tokenizer.decode)."""
-        table = self._without_timestamps_table
-        if table is not None:
-            try:
-                return _join(table, tokens)
-            except KeyError:
-                pass  # a special token (or an unknown id): decoded run by run
-        tb = self.timestamp_begin
+        text = _join(self._without_timestamps_table, tokens)
+        if text is not None:
+            return text
+        tb = self.timestamp_begin  # a special token (or an unknown id): decoded run by run
         return self.decode_with_timestamps([t for t in tokens if t < tb])
 
     def decode_with_timestamps(self, tokens: Sequence[int]) -> str:
@@ -303,9 +297,15 @@ class Tokenizer:
         return (*self.encode(" "), self.eot)
 
 
-def _join(table: dict[int, bytes], tokens: Sequence[int]) -> str:
-    """The tokens' bytes joined and decoded as UTF-8, invalid bytes as U+FFFD (both loops run in C)."""
-    return b"".join(map(table.__getitem__, tokens)).decode("utf-8", "replace")
+def _join(table: dict[int, bytes] | None, tokens: Sequence[int]) -> str | None:
+    """The tokens' bytes joined and decoded as UTF-8, invalid bytes as U+FFFD (both loops run in C);
+    None without a table or for an id the table lacks (the caller then decodes another way)."""
+    if table is None:
+        return None
+    try:
+        return b"".join(map(table.__getitem__, tokens)).decode("utf-8", "replace")
+    except KeyError:
+        return None
 
 
 def _byte_level_symbols() -> dict[str, int]:
