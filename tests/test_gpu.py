@@ -130,6 +130,28 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
     assert any(sample for (_, _, sample) in runner.graphs)
 
 
+def test_fused_greedy_step_transcribes_like_the_tensor_rules(tiny_en_dir, utterances, monkeypatch) -> None:
+    """Greedy steps through triton_select's kernel (the CUDA default) and through the tensor rules
+    (engine/logits, parity-tested against transformers): the same tokens, log-probabilities and
+    no-speech probabilities on real speech, under CUDA graphs."""
+    from batchscribe.api import Transcriber
+    from batchscribe.engine import triton_select
+
+    kw = dict(device="cuda", dtype="float16", batch_size=32, temperatures=(0.0,))
+    fused_t = Transcriber(str(tiny_en_dir), **kw)
+    fused = fused_t.transcribe(utterances)
+    assert next(iter(fused_t._engines.values())).decoder.greedy is not None
+    monkeypatch.setattr(triton_select, "triton_available", lambda: False)
+    tensor_t = Transcriber(str(tiny_en_dir), **kw)
+    tensor = tensor_t.transcribe(utterances)
+    assert next(iter(tensor_t._engines.values())).decoder.greedy is None
+    assert _tokens(fused) == _tokens(tensor)
+    for a, b in zip(fused, tensor):
+        for sa, sb in zip(a["segments"], b["segments"], strict=True):
+            assert sa["avg_logprob"] == pytest.approx(sb["avg_logprob"], abs=1e-4)
+            assert sa["no_speech_prob"] == pytest.approx(sb["no_speech_prob"], abs=1e-5)
+
+
 @needs_flashinfer
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])

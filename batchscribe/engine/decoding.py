@@ -29,6 +29,7 @@ import torch
 
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
+from batchscribe.engine import triton_select
 from batchscribe.engine.kernels import AttentionKinds
 from batchscribe.engine.logits import LogitRules, RuleSpec, select_tokens
 from batchscribe.engine.pinned import PinnedArena, default_arena_samples
@@ -133,6 +134,7 @@ class SlotDecoder:
         device: torch.device,
         kv_buckets: Sequence[int] = (),  # self-attention lengths steps may use; () = exact
         attention: AttentionKinds = AttentionKinds(),
+        fused_greedy: bool | None = None,  # greedy steps through triton_select; None: on CUDA with Triton
     ):
         dims = model.dims
         self.model, self.spec, self.device = model, spec, device
@@ -145,6 +147,10 @@ class SlotDecoder:
         self.backend = attention.backend(self.cache, dtype)
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
+        if fused_greedy is None:
+            fused_greedy = device.type == "cuda" and triton_select.triton_available()
+        # Greedy steps' rules and choice in one kernel (the tensor path stays for sampled steps).
+        self.greedy = triton_select.GreedySelect(spec.rules, spec.no_speech, device) if fused_greedy else None
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
         self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= n_slots]  # what an admission can use
         self.runner = None  # a GraphRunner, set by the engine on CUDA
@@ -381,19 +387,23 @@ class SlotDecoder:
         tokens, positions = self.tokens[rows], self.positions[rows]
         running = self.running[rows]
         fed = tokens.gather(1, positions[:, None]).squeeze(1)  # [n]
-        logits = self.model.decode_step(self.cache, fed, positions, None, kv_len, self.backend)  # [n, V]
-
-        # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask).
-        at_sot = running & (positions == 0)
-        p_no_speech = torch.softmax(logits, dim=-1)[:, self.spec.no_speech]
-        self.no_speech_prob[rows] = torch.where(at_sot, p_no_speech, self.no_speech_prob[rows])
-        # Language detection reads the same distribution, restricted to language tokens.
-        language = self.language_ids[logits[:, self.language_ids].argmax(dim=-1)]  # [n]
-
+        greedy = self.greedy is not None and not sample
+        # [n, V]: float32 for the tensor path; the fused kernel reads the model's dtype as it is.
+        logits = self.model.decode_step(self.cache, fed, positions, None, kv_len, self.backend, upcast=not greedy)
         next_pos = positions + 1
         begin = self.sample_begin[rows]
-        filtered = self.rules.apply(logits, tokens, next_pos, begin, self.last_timestamp[rows])
-        sampled, logprob = select_tokens(filtered, self.temperature[rows], self.noise_key[rows], next_pos, sample)
+        # Language detection: the raw distribution restricted to language tokens (read before the
+        # tensor path's rules write into the logits).
+        language = self.language_ids[logits[:, self.language_ids].argmax(dim=-1)]  # [n]
+        if greedy:
+            sampled, logprob, p_no_speech = self.greedy(logits, tokens, next_pos, begin, self.last_timestamp[rows])
+        else:
+            p_no_speech = torch.softmax(logits, dim=-1)[:, self.spec.no_speech]
+            filtered = self.rules.apply(logits, tokens, next_pos, begin, self.last_timestamp[rows])
+            sampled, logprob = select_tokens(filtered, self.temperature[rows], self.noise_key[rows], next_pos, sample)
+        # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask).
+        at_sot = running & (positions == 0)
+        self.no_speech_prob[rows] = torch.where(at_sot, p_no_speech, self.no_speech_prob[rows])
 
         forced = next_pos < begin
         prompt_tok = tokens.gather(1, next_pos.clamp(max=self.n_ctx - 1)[:, None]).squeeze(1)

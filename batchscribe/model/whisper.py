@@ -194,7 +194,8 @@ class Whisper(nn.Module):
         slots: torch.Tensor | None = None,  # [B] long; None: row i uses slot i
         kv_len: int | None = None,  # host-known bound on max(positions) + 1 (CPU speed-up)
         backend: AttentionBackend | None = None,
-    ) -> torch.Tensor:  # [B, n_vocab] float32 logits for the token after `positions`
+        upcast: bool = True,
+    ) -> torch.Tensor:  # [B, n_vocab] logits for the token after `positions`: float32 if upcast, else the model's dtype
         backend = backend or (_SDPA_HND if cache.cross_hnd else _SDPA)
         dec = self.decoder
         x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
@@ -217,7 +218,8 @@ class Whisper(nn.Module):
 
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
         x = dec.layer_norm(x)
-        return (x @ dec.embed_tokens.weight.T).float()
+        logits = x @ dec.embed_tokens.weight.T  # [B, n_vocab]
+        return logits.float() if upcast else logits
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Load a transformers WhisperForConditionalGeneration state dict; every key must match."""

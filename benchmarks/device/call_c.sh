@@ -3,7 +3,8 @@
 # (~13 s each, as BENCHMARKS.md's peer figures) x10, with its transformers peer, after the input
 # pipeline alone on the same data; then W1 variants without the peer, one per further argument:
 #   bash benchmarks/device/call_c.sh COMMIT ["--workers 4" ...]
-# DECODERS (default: "default") picks the decoders the pipeline benchmark compares.
+# DECODERS (default: "default") picks the decoders the pipeline benchmark compares; PROFILE=ROWS
+# ends with a profiled fp16 run (torch.profiler's top ROWS host ops and kernels).
 set -u
 commit=$1; shift
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
@@ -18,3 +19,8 @@ cp RESULTS.md $OUT/
 for v in "$@"; do
   echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx" | cut -c1-420
 done
+if [ -n "${PROFILE:-}" ]; then
+  timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append --configs auto:auto --profile $PROFILE 2>&1 \
+    | grep -v "^\[transformers\]" | cut -c1-170 > $OUT/profile.txt
+  grep -E "device busy|RTFx" $OUT/profile.txt
+fi
