@@ -57,7 +57,7 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
 
 def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
          profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None,
-         arena: bool = False) -> dict:
+         arena: bool = True) -> dict:
     import numpy as np
 
     import common
@@ -71,7 +71,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=decode,
                               attention=attention, cross_kv=cross_kv)  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))])  # builds the engine and its graphs
-    if arena:
+    if arena and (decode_mode or "threads") == "threads":
         transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked: ~0.6 s), a start-up cost
     load_s = time.perf_counter() - t0
     engine = next(iter(transcriber._engines.values()))
@@ -89,7 +89,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
         with _profiled(profile_rows, config):
             run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
             common.sync()
-        seconds = time.perf_counter() - t0
+        t_end = time.perf_counter()
+        seconds = t_end - t0
         hyps = {}
         for shard in sorted(Path(out).glob("*.jsonl")):
             for line in shard.read_text().splitlines():
@@ -97,6 +98,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
                 hyps[rec["id"]] = rec.get("text", "")
     print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
           "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
+    # When, from run()'s call: the engine's stream starts, first and last admits, yields its last record.
+    print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3))
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
@@ -182,7 +185,9 @@ def main() -> None:
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
     ap.add_argument("--ahead", type=int, default=None,
                     help="looks queued before each admission (diagnosis; default: the engine's)")
-    ap.add_argument("--arena", action="store_true", help="decode into the engine's pinned arena (RunOptions.pinned_arena)")
+    ap.add_argument("--packed", action="store_true",
+                    help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
+                         "not into its pinned arena (the default with decode threads)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     if args.in_flight_per_worker is not None:
@@ -199,7 +204,7 @@ def main() -> None:
         results = []
         for config in args.configs:
             r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
-                     args.ahead, args.arena)
+                     args.ahead, not args.packed)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             # Printed now as well: a peer that runs past a time limit must not take these with it.
             print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "

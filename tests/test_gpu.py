@@ -289,8 +289,10 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
 
 
 def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
-    """On the GPU, `run(pinned_arena=True)` has decode threads decode into the engine's pinned arena and
-    admission copies those samples as they are; the records equal a run whose audio was packed."""
+    """On the GPU, `run` has decode threads decode into the engine's pinned arena by default and
+    admission copies those samples as they are; the records equal runs whose audio was packed
+    (threads with the arena off, and decode processes)."""
+    import gc
     import json
 
     from batchscribe.api import Transcriber
@@ -298,21 +300,22 @@ def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir,
     from batchscribe.run import RunOptions, run
 
     decode = DecodeOptions(temperatures=(0.0,))
-    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
     assert Transcriber(str(tiny_en_dir), device="cpu").host_allocator() is None
     parquet = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
     texts = {}
-    for threads in (True, False):
-        out = tmp_path / f"threads-{threads}"
-        opts = RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3, pinned_arena=True)
+    for threads, arena_on in ((True, None), (True, False), (False, None)):
+        t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
+        out = tmp_path / f"threads-{threads}-{arena_on}"
+        opts = RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3, pinned_arena=arena_on)
         run([str(parquet)], out, opts, transcriber_factory=lambda _: t)
         records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
-        texts[threads] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
+        texts[threads, arena_on] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
         arena = next(iter(t._engines.values())).decoder.arena
-        if threads:  # every utterance fit: all of them went through the arena
+        if threads and arena_on is None:  # every utterance fit: all of them went through the arena
             assert arena is not None and arena.fallbacks == 0
-    import gc
-
-    gc.collect()
-    assert arena.in_use() == 0  # every range given back
-    assert texts[True] == texts[False] and len(texts[True]) == 100
+            gc.collect()
+            assert arena.in_use() == 0  # every range given back
+        else:
+            assert arena is None
+    assert len(texts[True, None]) == 100
+    assert texts[True, None] == texts[True, False] == texts[False, None]

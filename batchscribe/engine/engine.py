@@ -118,8 +118,10 @@ class Engine:
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
-        # Host seconds per stage (and counts), for benchmarks: where does the time go?
+        # Host seconds per stage (and counts), for benchmarks: where does the time go? And when
+        # (perf_counter) the last stream started, first and last admitted, and yielded its last record.
         self.timings: defaultdict[str, float] = defaultdict(float)
+        self.marks: dict[str, float] = {}
         # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
         self.admit_min = max(1, self.decoder.n_slots // 4)
         self.admit_max = self.decoder.n_slots  # lowered when an admission runs out of memory
@@ -253,7 +255,9 @@ class Engine:
         queue: deque[int] = deque()  # keys whose next window waits for a slot
         next_key = 0
         dec = self.decoder
-        clock = self.timings
+        clock, marks = self.timings, self.marks
+        marks.clear()
+        marks["start"] = time.perf_counter()
 
         def collect(keep: int) -> Iterator[dict]:
             """Fold in the finished windows of every queued snapshot but the newest `keep`."""
@@ -270,7 +274,8 @@ class Engine:
                     if self._finish_window(item, res):
                         del live[res.key]
                         record = self._record(item)
-                        clock["finish"] += time.perf_counter() - t2
+                        marks["last_record"] = time.perf_counter()
+                        clock["finish"] += marks["last_record"] - t2
                         yield record
                         t2 = time.perf_counter()
                     else:
@@ -319,7 +324,9 @@ class Engine:
                         torch.cuda.empty_cache()
                     continue
                 n_rows = dec.rows_in_use()
-                clock["admit"] += time.perf_counter() - t0
+                marks["last_admit"] = time.perf_counter()
+                marks.setdefault("first_admit", t0)
+                clock["admit"] += marks["last_admit"] - t0
                 clock["windows"] += len(group)
             if n_rows == 0:
                 # Every slot is free, so queued snapshots hold no finished window: drain them.

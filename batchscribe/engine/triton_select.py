@@ -45,19 +45,20 @@ if triton is not None:
 
     @triton.jit
     def _scan(
-        Row, Flags, lo, hi, n_vocab,
+        Row, Flags,
         at_begin, pair_done, pair_open, floor, tb, eot, initial_limit,
         raw_m, raw_s,
-        TIMESTAMPS: tl.constexpr, BLOCK: tl.constexpr,
+        LO: tl.constexpr, HI: tl.constexpr, TIMESTAMPS: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        """Columns [lo, hi): the masked maximum, its first index and sum of exp (relative to the
-        maximum), and the raw running log-sum-exp state carried in and out."""
+        """Columns [LO, HI): the masked maximum, its first index and sum of exp (relative to the
+        maximum), and the raw running log-sum-exp state carried in and out. The bounds are
+        compile-time constants (one model's vocabulary), so the loops have fixed trip counts."""
         m = tl.full([], float("-inf"), tl.float32)
         s = tl.zeros([], tl.float32)
         arg = tl.zeros([], tl.int32)
-        for start in range(lo, hi, BLOCK):
+        for start in range(LO, HI, BLOCK):
             v = start + tl.arange(0, BLOCK)
-            inside = v < hi
+            inside = v < HI
             x = tl.load(Row + v, mask=inside, other=float("-inf")).to(tl.float32)  # [BLOCK]
             # The raw row, for the no-speech softmax.
             bm = tl.maximum(raw_m, tl.max(x, 0))
@@ -87,14 +88,15 @@ if triton is not None:
     def _greedy_select(
         Logits, Flags, Tokens, NextPos, Begin, LastTs,
         Chosen, Logprob, NoSpeech,
-        stride_l, stride_t, n_vocab, n_ctx, tb, eot, initial_limit, no_speech,
-        TIMESTAMPS: tl.constexpr, BLOCK: tl.constexpr,
+        stride_l, stride_t, n_ctx, eot, initial_limit, no_speech,
+        TB: tl.constexpr, N_VOCAB: tl.constexpr, TIMESTAMPS: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0)
         next_pos = tl.load(NextPos + row)
         n_sampled = next_pos - tl.load(Begin + row)
         at_begin = n_sampled == 0
         never = n_sampled != n_sampled
+        tb = TB
         pair_done, pair_open, floor = never, never, tb
         if TIMESTAMPS:
             tokens = Tokens + row.to(tl.int64) * stride_t
@@ -110,12 +112,12 @@ if triton is not None:
         raw_m = tl.full([], float("-inf"), tl.float32)
         raw_s = tl.zeros([], tl.float32)
         t_m, t_arg, t_s, raw_m, raw_s = _scan(
-            logits, Flags, 0, tb, n_vocab, at_begin, pair_done, pair_open, floor, tb, eot, initial_limit,
-            raw_m, raw_s, TIMESTAMPS, BLOCK,
+            logits, Flags, at_begin, pair_done, pair_open, floor, tb, eot, initial_limit, raw_m, raw_s,
+            0, TB, TIMESTAMPS, BLOCK,
         )  # fmt: skip
         s_m, s_arg, s_s, raw_m, raw_s = _scan(
-            logits, Flags, tb, n_vocab, n_vocab, at_begin, pair_done, pair_open, floor, tb, eot, initial_limit,
-            raw_m, raw_s, TIMESTAMPS, BLOCK,
+            logits, Flags, at_begin, pair_done, pair_open, floor, tb, eot, initial_limit, raw_m, raw_s,
+            TB, N_VOCAB, TIMESTAMPS, BLOCK,
         )  # fmt: skip
         lse_t = t_m + tl.log(t_s)  # -inf when every text column is masked
         lse_s = s_m + tl.log(s_s)
@@ -174,8 +176,7 @@ class GreedySelect:
         _greedy_select[(n_rows,)](
             logits, self.flags, tokens, next_pos, sample_begin, last_timestamp,
             chosen, logprob, no_speech,
-            logits.stride(0), tokens.stride(0), n_vocab, tokens.shape[1], self.tb, spec.eot,
-            self.initial_limit, self.no_speech,
-            TIMESTAMPS=spec.timestamps, BLOCK=BLOCK, num_warps=8,
+            logits.stride(0), tokens.stride(0), tokens.shape[1], spec.eot, self.initial_limit, self.no_speech,
+            TB=self.tb, N_VOCAB=n_vocab, TIMESTAMPS=spec.timestamps, BLOCK=BLOCK, num_warps=8,
         )  # fmt: skip
         return chosen, logprob, no_speech

@@ -14,5 +14,5 @@ tail -4 $OUT/tests.txt | cut -c1-300
 cd benchmarks
 timeout 150 python3 w1_tiny.py --parquet ../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet \
     --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 > $OUT/w1.txt 2>&1
-grep -E "host seconds|RTFx|^batchscribe|transformers bs|capture|ratio" $OUT/w1.txt | cut -c1-420
+grep -E "host seconds|RTFx|timeline|^batchscribe|transformers bs|capture|ratio" $OUT/w1.txt | cut -c1-420
 cp RESULTS.md $OUT/

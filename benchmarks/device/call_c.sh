@@ -14,10 +14,10 @@ cd benchmarks
 timeout 120 python3 decode_pipeline.py --parquet $P --workers 8 15 --cuda --decoders ${DECODERS:-default} > $OUT/pipeline.txt 2>&1
 cut -c1-200 $OUT/pipeline.txt
 timeout 200 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 > $OUT/w1c.txt 2>&1
-grep -E "host seconds|RTFx|^batchscribe|transformers bs|capture|ratio" $OUT/w1c.txt | cut -c1-420
+grep -E "host seconds|RTFx|timeline|^batchscribe|transformers bs|capture|ratio" $OUT/w1c.txt | cut -c1-420
 cp RESULTS.md $OUT/
 for v in "$@"; do
-  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx" | cut -c1-420
+  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx|timeline" | cut -c1-420
 done
 if [ -n "${PROFILE:-}" ]; then
   timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append --configs auto:auto --profile $PROFILE 2>&1 \

@@ -7,5 +7,5 @@ shift
 cd benchmarks
 P=${P:-../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet}  # env P: another W1 Parquet
 for v in "$@"; do
-  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx|device busy" | cut -c1-420
+  echo "== $v"; timeout 100 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "host seconds|RTFx|device busy|timeline" | cut -c1-420
 done
