@@ -7,10 +7,10 @@ each item's samples from it (`decode_audio(allocate=arena.allocate)`); admission
 to the device with asynchronous DMA instead of first packing every sample into its staging buffer
 (~6 ms per 64 LibriSpeech windows on the H200 host).
 
-Opt-in (`RunOptions.pinned_arena`): on the H200 it cut W1's packing (admit_stage 0.27-0.31 ->
-0.11-0.17 s) but the decode threads then waited longer, and end to end it was not faster (one
-run, 5,771 vs 6,066-6,573 without; that version made a ctypes array type per item, replaced since
-by `_Range`, unmeasured on the GPU).
+On by default for GPU runs that decode in threads (`RunOptions.pinned_arena`; processes cannot
+write into it). On the H200, W1 (train-clean-5, fp16) ran at 13,340-13,486 with it and 11,021-12,335
+packed, in the same calls (docs/GPU_NOTES.md). An earlier version, which made a ctypes array type per
+item, had not been faster.
 
 Items are carved from the block as a ring, in the order they are decoded, and given back when the
 last view of their samples dies; when the ring is full (a long item still alive at its tail), an
