@@ -246,8 +246,19 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     if on_gpu:
         decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps
     pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
-    feed = _Feed(decoded, sink, pending)
-    for rec in transcriber.transcribe_stream(feed):
+
+    def feed() -> Iterator[tuple[str, np.ndarray]]:
+        # NOTE: the transcriber may pull this generator from its own thread; sink is thread-safe.
+        for d in decoded:
+            if sink.stop:
+                return
+            if d.error is not None or d.audio is None:
+                sink.add(_error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
+                continue
+            pending[d.id] = (d.text, dict(d.extra))
+            yield d.id, d.audio
+
+    for rec in transcriber.transcribe_stream(feed()):
         item_id = str(rec.get("id"))
         if item_id not in pending:
             raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
@@ -257,34 +268,6 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
         # Never lose an id: a transcriber that drops one yields an error record, not a gap.
         sink.add(_error_record(item_id, "the transcriber returned no record for this item "
                                         "(internal error); please report it", text, extra))
-
-
-class _Feed(Iterator[tuple[str, np.ndarray]]):
-    """(id, audio) for the transcriber; decode errors go straight to the sink as records.
-
-    NOTE: the transcriber may pull this from its own thread; the sink is thread-safe. `ready` (when
-    the decoded stream has one, i.e. behind read_ahead): how many items wait decoded, so a GPU
-    engine takes only those while it has rows to step.
-    """
-
-    def __init__(self, decoded: Iterator[Any], sink: _Sink, pending: dict[str, tuple[str | None, dict[str, Any]]]):
-        self.decoded, self.sink, self.pending = decoded, sink, pending
-        self.done = False
-        ready = getattr(decoded, "ready", None)
-        if ready is not None:
-            self.ready = ready
-
-    def __next__(self) -> tuple[str, np.ndarray]:
-        for d in self.decoded if not self.done else ():
-            if self.sink.stop:
-                break
-            if d.error is not None or d.audio is None:
-                self.sink.add(_error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
-                continue
-            self.pending[d.id] = (d.text, dict(d.extra))
-            return d.id, d.audio
-        self.done = True
-        raise StopIteration
 
 
 def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict[str, Any]:

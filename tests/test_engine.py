@@ -111,48 +111,6 @@ def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:
         _check_record(b)
 
 
-def test_engine_takes_only_decoded_items_while_rows_run(tiny_en_dir, shared_data) -> None:
-    """With a source that says how many items wait decoded (run's feed behind read_ahead), the engine
-    waits for the source only when no row is running, and transcribes exactly as from a list."""
-    from batchscribe.api import Transcriber
-
-    jfk = decode_audio(shared_data / "misc" / "jfk.flac")
-    items = [(f"c{i}", jfk[16000 * i : 16000 * (i + 3)]) for i in range(7)]
-    t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=8, **GREEDY)
-
-    class Trickle:
-        """One item (then the end) arrives every third look at `ready()`."""
-
-        def __init__(self) -> None:
-            self.looks = self.arrived = self.taken = 0
-            self.waited_with_rows: list[int] = []
-
-        def __iter__(self):
-            return self
-
-        def ready(self) -> int:
-            self.looks += 1
-            if self.looks % 3 == 0:
-                self.arrived = min(len(items) + 1, self.arrived + 1)
-            return self.arrived - self.taken
-
-        def __next__(self):
-            if self.arrived <= self.taken:  # nothing decoded: the caller blocks until the next arrives
-                self.waited_with_rows.append(next(iter(t._engines.values())).decoder.rows_in_use())
-                self.arrived = self.taken + 1
-            self.taken += 1
-            if self.taken > len(items):
-                raise StopIteration
-            return items[self.taken - 1]
-
-    source = Trickle()
-    got = sorted(t.transcribe_stream(source), key=lambda r: r["id"])
-    expected = t.transcribe(items)
-    assert [r["id"] for r in got] == [r["id"] for r in expected]
-    assert [[s["tokens"] for s in r["segments"]] for r in got] == [[s["tokens"] for s in r["segments"]] for r in expected]
-    assert source.looks > len(items) and source.waited_with_rows and set(source.waited_with_rows) == {0}
-
-
 def test_without_timestamps_long_form(tiny_en_dir, shared_data) -> None:
     from batchscribe.api import Transcriber
 

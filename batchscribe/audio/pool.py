@@ -463,73 +463,51 @@ class _Raised:
 _DONE = object()
 
 
-class ReadAhead(Iterator[Any]):
-    """Iterates `items` on a background thread, at most `depth` ahead; its errors re-raise here.
+def read_ahead(items: Iterable[Any], depth: int) -> Iterator[Any]:
+    """Iterate `items` on a background thread, at most `depth` ahead; its errors re-raise here.
 
     The GPU engine's thread should only admit and step: reading Parquet and handing items to the
     decode workers inside its `next()` left the GPU idle (1.3 s of a 2.8 s W1 run on the H200).
-    `ready()` says how many values wait in the queue, so that thread can take only those (a
-    blocking `next()` idles the GPU once the steps it queued are done). `close()` (or dropping the
-    iterator) stops the thread, which closes `items`.
     """
+    if depth < 1:
+        raise ValueError(f"depth={depth} must be >= 1")
+    out: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
 
-    def __init__(self, items: Iterable[Any], depth: int):
-        if depth < 1:
-            raise ValueError(f"depth={depth} must be >= 1")
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self._values = self._consume(items)
-
-    def __next__(self) -> Any:
-        return next(self._values)
-
-    def ready(self) -> int:
-        """Values (or the end, or an error) that `next()` returns without waiting."""
-        return self._queue.qsize()
-
-    def close(self) -> None:
-        self._values.close()
-
-    def _consume(self, items: Iterable[Any]) -> Iterator[Any]:
-        out, stop = self._queue, threading.Event()
-
-        def put(value: Any) -> bool:
-            while not stop.is_set():
-                try:
-                    out.put(value, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-
-        def produce() -> None:
-            source = iter(items)
+    def put(value: Any) -> bool:
+        while not stop.is_set():
             try:
-                for value in source:
-                    if not put(value):
-                        break
-                else:
-                    put(_DONE)
-            except BaseException as exc:  # handed to the consumer, which raises it
-                put(_Raised(exc))
-            finally:
-                close = getattr(source, "close", None)
-                if close is not None:
-                    close()  # e.g. decode_stream's pool shutdown, on this thread that ran it
+                out.put(value, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
 
-        thread = threading.Thread(target=produce, name="batchscribe-read-ahead", daemon=True)
-        thread.start()
+    def produce() -> None:
+        source = iter(items)
         try:
-            while True:
-                value = out.get()
-                if value is _DONE:
-                    return
-                if isinstance(value, _Raised):
-                    raise value.exc
-                yield value
+            for value in source:
+                if not put(value):
+                    break
+            else:
+                put(_DONE)
+        except BaseException as exc:  # handed to the consumer, which raises it
+            put(_Raised(exc))
         finally:
-            stop.set()
-            thread.join(timeout=30)
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()  # e.g. decode_stream's pool shutdown, on this thread that ran it
 
-
-def read_ahead(items: Iterable[Any], depth: int) -> ReadAhead:
-    return ReadAhead(items, depth)
+    thread = threading.Thread(target=produce, name="batchscribe-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            value = out.get()
+            if value is _DONE:
+                return
+            if isinstance(value, _Raised):
+                raise value.exc
+            yield value
+    finally:
+        stop.set()
+        thread.join(timeout=30)

@@ -282,17 +282,11 @@ class Engine:
                         queue.append(res.key)
                 clock["finish"] += time.perf_counter() - t2
 
-        ready = getattr(items, "ready", None)  # items waiting decoded (run's feed), if known
         while True:
             free = dec.free_slots()
-            n_rows = dec.rows_in_use()
             # Pull at most one admission group ahead: the GPU starts on the first group while the
-            # decode workers are still filling the next. With rows to step (or a first item to
-            # start on), take only items already decoded: waiting for the decoders here would idle
-            # the GPU once its queued looks are done.
+            # decode workers are still filling the next.
             while not exhausted and len(queue) < min(len(free), self.admit_min):
-                if ready is not None and (n_rows or queue) and not ready():
-                    break
                 t0 = time.perf_counter()
                 try:
                     item_id, audio = next(source)
@@ -308,10 +302,8 @@ class Engine:
                 live[next_key] = item
                 queue.append(next_key)
                 next_key += 1
-            # A full group (a quarter of the slots free and as many windows queued), or anything
-            # queued when no row is running or the input has ended.
-            full = len(free) >= self.admit_min and len(queue) >= self.admit_min
-            if queue and free and (full or n_rows == 0 or exhausted):
+            n_rows = dec.rows_in_use()
+            if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
                 t0 = time.perf_counter()
                 for _ in range(self.looks_before_admission if n_rows else 0):
                     dec.advance(n_rows, self.check_every)
