@@ -324,8 +324,8 @@ class _Sink:
                     self.stop = True
             if isinstance(record.get("duration"), (int, float)):
                 self.audio_seconds += float(record["duration"])
-            snapshot = self.snapshot()
-        if self.progress is not None:
+            snapshot = self.snapshot() if self.progress is not None else None
+        if snapshot is not None:
             self.progress(snapshot)
 
     def snapshot(self) -> RunProgress:

@@ -67,6 +67,8 @@ def test_jsonl_is_one_json_object_per_line(tmp_path: Path) -> None:
     (tmp_path / "x.jsonl").write_bytes(writers.encode_jsonl([rec, error_record(1)]))
     lines = (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
+    finite = ok_record(2) | {"text_ja": "日本語", "pair": (1, 2.5)}  # encoded without the NaN walk: the same bytes
+    assert writers.jsonl_line(finite) == json.dumps(writers._finite(finite), ensure_ascii=False)
     first = json.loads(lines[0])  # strict: NaN would not parse under allow_nan=False consumers
     assert first["score"] == 0.5 and first["n"] == 3 and first["nan"] is None
     assert first["text_ja"] == "日本語"

@@ -78,7 +78,10 @@ def _finite(value: Any) -> Any:
 
 
 def jsonl_line(record: dict[str, Any]) -> str:
-    return json.dumps(_finite(record), ensure_ascii=False, default=_json_default, allow_nan=False)
+    try:  # nearly every record is finite: no walk over its segments and tokens first (~40 us each)
+        return json.dumps(record, ensure_ascii=False, default=_json_default, allow_nan=False)
+    except ValueError:  # a NaN or infinity somewhere: written as null
+        return json.dumps(_finite(record), ensure_ascii=False, default=_json_default, allow_nan=False)
 
 
 def encode_jsonl(records: Iterable[dict[str, Any]]) -> bytes:
