@@ -9,9 +9,10 @@ test-other subset (7.7 s utterances) weighs per-item host costs more; both are i
 The Parquet rows are replicated (ids made unique) into a temporary Parquet file so that the run has
 >= 1,000 utterances. batchscribe runs its whole `run` pipeline (Parquet reader, decode workers,
 engine, JSONL writer); model load, graph capture, the pinned arena and one `run` over 16 rows (a
-warm-up, as the peer gets) happen before the clock starts and are reported separately. The peer decodes the same FLAC bytes with soundfile, extracts features with
-WhisperFeatureExtractor and runs transformers' eager `generate` (fp16, timestamps on). WER is over
-the distinct utterances, normalised with batchscribe's Whisper English normaliser.
+warm-up, as the peer gets) happen before the clock starts and are reported separately. The peer
+decodes the same FLAC bytes with soundfile, extracts features with WhisperFeatureExtractor and runs
+transformers' eager `generate` (fp16, timestamps on). WER is over the distinct utterances,
+normalised with batchscribe's Whisper English normaliser.
 """
 
 from __future__ import annotations

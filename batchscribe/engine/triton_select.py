@@ -17,8 +17,9 @@ best text log-prob) compares the same two quantities less the same normaliser, s
 (SuppressTokens, SuppressBlank, and <|notimestamps|> while timestamps are on) arrive as a per-column
 bit field built once. Sampled steps (temperature fallback) keep the tensor path.
 
-Nothing here syncs with the host or allocates outside the caller's stream: it runs inside the
-decoder's CUDA graphs once it has been compiled for the step's shape (`compile_for`).
+Nothing here syncs with the host or allocates outside the caller's stream, so it runs inside the
+decoder's CUDA graphs; the graph runner's eager warm-up step compiles it before any capture (one
+compilation per model: the vocabulary split is a compile-time constant, the row count is the grid).
 """
 
 from __future__ import annotations
