@@ -187,6 +187,8 @@ def main() -> None:
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
     ap.add_argument("--in-flight-per-worker", type=int, default=None,
                     help="items handed to each decode worker ahead of their results (diagnosis)")
+    ap.add_argument("--thread-chunk", type=int, default=None,
+                    help="items per decode-thread task (pool.THREAD_CHUNK_ITEMS; diagnosis)")
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the run (seconds; Python's default 0.005)")
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
@@ -202,6 +204,10 @@ def main() -> None:
         from batchscribe.audio import pool
 
         pool.IN_FLIGHT_PER_WORKER = args.in_flight_per_worker
+    if args.thread_chunk is not None:
+        from batchscribe.audio import pool
+
+        pool.THREAD_CHUNK_ITEMS = args.thread_chunk
     if args.switch_interval is not None:
         import sys
 

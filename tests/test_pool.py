@@ -47,8 +47,16 @@ def flac_rows(shared_data: Path) -> list[dict]:
     return table.slice(0, 8).to_pylist()
 
 
-@pytest.mark.parametrize("workers,threads", [(0, False), (2, False), (3, True)])
-def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int, threads: bool) -> None:
+@pytest.mark.parametrize("workers,threads,thread_chunk", [(0, False, 1), (2, False, 1), (3, True, 1), (3, True, 4)])
+def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: Path, workers: int, threads: bool,
+                                               thread_chunk: int, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from batchscribe.audio import pool
+
+    monkeypatch.setattr(pool, "THREAD_CHUNK_ITEMS", thread_chunk)  # decode threads take tasks of several items
+    tasks: list[int] = []
+    decode_many = pool._decode_many
+    if threads:
+        monkeypatch.setattr(pool, "_decode_many", lambda chunk, *a: tasks.append(len(chunk)) or decode_many(chunk, *a))
     items = [SourceItem(r["id"], r["audio"]["bytes"], r["audio"]["path"], r["text"], {}) for r in flac_rows]
     items[2] = SourceItem("garbage", b"\x00not audio at all" * 50, None, None, {})
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
@@ -57,9 +65,11 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
     # A view of a buffer, as Parquet sources give (decoded in place by threads, copied for processes).
     items[1] = SourceItem(items[1].id, memoryview(items[1].audio_bytes or b""), items[1].path, items[1].text, {})
 
-    out = list(decode_stream(items, workers=workers, prefetch=3, threads=threads))
+    out = list(decode_stream(items, workers=workers, prefetch=3 if thread_chunk == 1 else 8, threads=threads))
 
     assert [d.id for d in out] == [i.id for i in items]
+    if threads:
+        assert sum(tasks) == len(items) and (max(tasks) > 1) == (thread_chunk > 1) and max(tasks) <= thread_chunk
     bad = {"garbage", "truncated-header", "missing-file", "no-audio"}
     for item, dec in zip(items, out):
         if item.id in bad:

@@ -62,6 +62,11 @@ IN_FLIGHT_PER_WORKER = 2
 # LibriSpeech utterance held W1's input to 3,000-4,000 audio s/s on the H200's 16 cores. Short
 # items therefore travel in chunks, sized so decoded bytes in flight stay under half the budget.
 MAX_CHUNK_ITEMS = 16
+# Items per task for decode threads. A task costs the GIL ~40 us (its Future, the executor's queue
+# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine); 1
+# until a GPU run shows tasks of several items are faster end to end (benchmarks/w1_tiny.py
+# --thread-chunk).
+THREAD_CHUNK_ITEMS = 1
 _SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
@@ -142,8 +147,8 @@ def _decode_pooled(
     pool = _new_pool(workers, threads)
     pending = _InFlight()
     in_flight = IN_FLIGHT_PER_WORKER * workers
-    # Threads share memory: a task per item costs nothing to hand over, so no chunks there.
-    sizer = _ChunkSizer(max_buffered_bytes // (2 * in_flight), MAX_CHUNK_ITEMS if not threads else 1)
+    # Threads share memory: a task costs no copy to hand over, only its bookkeeping.
+    sizer = _ChunkSizer(max_buffered_bytes // (2 * in_flight), MAX_CHUNK_ITEMS if not threads else THREAD_CHUNK_ITEMS)
     try:
         source = iter(items)
         exhausted = False
