@@ -62,6 +62,9 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
     items[6] = SourceItem("missing-file", None, str(tmp_path / "nowhere.flac"), None, {})
     items.append(SourceItem("no-audio", None, None, None, {}))
+    if thread_chunk > 1:  # enough items that tasks grow once the first results show their size
+        items += [SourceItem(f"{r['id']}-{k}", r["audio"]["bytes"], r["audio"]["path"], r["text"], {})
+                  for k in range(3) for r in flac_rows]  # fmt: skip
     # A view of a buffer, as Parquet sources give (decoded in place by threads, copied for processes).
     items[1] = SourceItem(items[1].id, memoryview(items[1].audio_bytes or b""), items[1].path, items[1].text, {})
 
