@@ -1,5 +1,5 @@
 """The Triton cross-attention kernel (model/triton_cross) against SDPA, on the CPU through Triton's
-interpreter: the online softmax, the frame splits and their merge. The GPU tests run the compiled
+interpreter: the online softmax, the frame splits and their merge, and rows skipped as inert. The GPU tests run the compiled
 kernel inside the engine."""
 
 from __future__ import annotations
@@ -36,6 +36,14 @@ CHECK = textwrap.dedent(
         assert out.dtype == q.dtype and out.shape == q.shape
         tol = 1e-5 if qd == torch.float32 else 2e-2
         torch.testing.assert_close(out.float(), ref, atol=tol, rtol=tol)
+        # Inert rows (the decoder's running flags off) read one frame per split: finite, unused;
+        # the others are unchanged.
+        live = torch.tensor([i % 2 == 0 for i in range(rows + 2)])
+        skipped = tc.cross_attention(q, k, v, cfg, live=live)
+        assert torch.isfinite(skipped.float()).all()
+        torch.testing.assert_close(skipped[live[:rows]].float(), ref[live[:rows]], atol=tol, rtol=tol)
+        if rows > 1:
+            assert not torch.allclose(skipped[1].float(), ref[1], atol=tol, rtol=tol)  # row 1 was skipped
         print(rows, heads, n, tc.split_for(rows, heads, n, cfg), flush=True)
     """
 )

@@ -180,6 +180,8 @@ class SlotDecoder:
         self.noise_key = zeros(n_slots)  # [S] per-window sampling key (logits.uniform_noise)
         self.detect = zeros(n_slots, dtype=torch.bool)
         self.running = zeros(n_slots, dtype=torch.bool)  # admitted and not finished
+        if hasattr(self.backend, "live_rows"):  # e.g. the Triton cross kernel skips inert rows' reads
+            self.backend.live_rows = self.running
         self.hit_eot = zeros(n_slots, dtype=torch.bool)
         # Host mirror: which window each slot holds and its position (positions advance by exactly
         # one per step while running, so the host can bound attention lengths without a sync).

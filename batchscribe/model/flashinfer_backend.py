@@ -96,6 +96,9 @@ class FlashInferBackend:
         self._self: dict[int, _Planned] = {}
         self._cross: dict[int, _Planned] = {}  # FlashInfer cross wrappers per bucket
         self._compiled: set[int] = set()  # buckets the Triton cross kernel was compiled for
+        # [n_slots] bool, the decoder's running flags: rows the Triton cross kernel must compute (the
+        # others are inert, their outputs unused); None: every row.
+        self.live_rows: torch.Tensor | None = None
         self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
 
     # -- planning (outside graphs) -------------------------------------------------------------
@@ -129,7 +132,7 @@ class FlashInferBackend:
             # Compile (and load) the kernel for this shape now: never inside a capture.
             q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
             k = self._probe_cache
-            triton_cross.cross_attention(q, k, k)
+            triton_cross.cross_attention(q, k, k, live=self.live_rows)
             self._compiled.add(n_rows)
         elif self.cross == "flashinfer" and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
@@ -157,7 +160,7 @@ class FlashInferBackend:
         if self.cross == "sdpa":
             return self._sdpa.cross_attention(q, k_cache, v_cache, slots)
         if self.cross == "triton":  # rows [0, B) are slots [0, B): begin_step refused anything else
-            return triton_cross.cross_attention(q, k_cache, v_cache)
+            return triton_cross.cross_attention(q, k_cache, v_cache, live=self.live_rows)
         wrapper = self._cross[q.shape[0]].wrapper
         if self.cross_hnd:
             return wrapper.run(q, (k_cache, v_cache))

@@ -7,6 +7,8 @@ two dot products per frame. With the cache laid out heads first (`DecoderCache.c
 program streams them with wide loads and an online softmax, in fp32, from bf16/fp16 or fp8 (e4m3,
 scale 1.0) caches alike. Small batches split the frames over several programs (flash-decoding) and a
 second kernel merges the partial softmaxes, so a bucket of a few rows still spreads over the SMs.
+Given the decoder's `running` flags, rows that have finished (or hold no window) read next to
+nothing: a bucket keeps stepping them until the next admission, ~25 % of W1's row-steps.
 
 Row i of a step is slot i (the engine steps rows [0, bucket)). Nothing here syncs with the host or
 allocates outside the caller's stream, so a step that calls it can be captured in a CUDA graph once
@@ -50,10 +52,11 @@ if triton is not None:
 
     @triton.jit
     def _cross_partial(
-        Q, K, V, O, Acc, ML,
+        Q, K, V, O, Acc, ML, Live,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_ob, stride_oh,
         n_ctx, scale,
         HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr,
+        HAS_LIVE: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0)
         head = tl.program_id(1)
@@ -63,6 +66,9 @@ if triton is not None:
         base = row.to(tl.int64) * stride_kb + head * stride_kh
         start = part * CHUNK
         stop = tl.minimum(start + CHUNK, n_ctx)
+        if HAS_LIVE:  # a row whose output nobody reads (finished, free): one frame per split, so
+            # its online softmax stays finite (no 0 / 0) while it reads next to nothing
+            stop = tl.where(tl.load(Live + row).to(tl.int32) != 0, stop, start + 1)
         m_i = tl.full([], float("-inf"), tl.float32)
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HEAD_DIM], tl.float32)
@@ -119,8 +125,11 @@ def cross_attention(
     k_cache: torch.Tensor,  # [n_slots >= B, n_head, n_ctx, head_dim], fp16/bf16/fp8 (scale 1.0)
     v_cache: torch.Tensor,  # same shape and strides as k_cache
     config: CrossConfig = CrossConfig(),
+    live: torch.Tensor | None = None,  # [n_slots >= B] bool: rows whose output is used; None: all
 ) -> torch.Tensor:  # [B, n_head, head_dim], q's dtype
-    """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's frames."""
+    """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's frames. Rows with `live[i]` False
+    read one frame per split and get a finite value nobody uses: finished and free slots stepped in
+    a bucket cost (almost) no bandwidth."""
     if triton is None:
         raise RuntimeError("the triton cross-attention kernel needs the triton package (it ships with CUDA torch)")
     n_rows, n_head, head_dim = q.shape
@@ -138,10 +147,10 @@ def cross_attention(
         acc = ml = out  # unused by the kernel when SPLIT == 1
     scale = LOG2E / math.sqrt(head_dim)
     _cross_partial[(n_rows, n_head, split)](
-        q, k_cache, v_cache, out, acc, ml,
+        q, k_cache, v_cache, out, acc, ml, out if live is None else live,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), n_ctx, scale,
-        HEAD_DIM=head_dim, BLOCK_N=config.block_n, SPLIT=split, CHUNK=chunk,
+        HEAD_DIM=head_dim, BLOCK_N=config.block_n, SPLIT=split, CHUNK=chunk, HAS_LIVE=live is not None,
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if split > 1:
