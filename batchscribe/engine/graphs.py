@@ -122,16 +122,24 @@ class GraphRunner:
 def one_step_seconds(decoder: SlotDecoder, bucket: int, repeats: int = 5) -> float:
     """GPU seconds of one greedy step of `bucket` rows over the shortest attention length, from a
     throwaway one-step graph (what the engine needs before it knows how many steps to capture).
-    Stepping free slots is harmless: their rows are inert."""
+    Stepping free slots is harmless: their rows are inert. A backend that skips rows which are not
+    running (the Triton cross kernel) computes them all here, as a full bucket does."""
     dec = decoder
     kv_len = (dec.kv_buckets or [dec.n_ctx])[0]
-    dec.backend.prepare(bucket)
-    _warm_up(dec, bucket, kv_len, False, steps=1, pack=False)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        dec._step(bucket, kv_len, False)
-    seconds = replay_seconds(graph, repeats)
-    del graph
+    live = getattr(dec.backend, "live_rows", None)
+    if live is not None:
+        dec.backend.live_rows = None
+    try:
+        dec.backend.prepare(bucket)
+        _warm_up(dec, bucket, kv_len, False, steps=1, pack=False)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            dec._step(bucket, kv_len, False)
+        seconds = replay_seconds(graph, repeats)
+        del graph
+    finally:
+        if live is not None:
+            dec.backend.live_rows = live
     return seconds
 
 

@@ -95,7 +95,7 @@ class FlashInferBackend:
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
         self._cross: dict[int, _Planned] = {}  # FlashInfer cross wrappers per bucket
-        self._compiled: set[int] = set()  # buckets the Triton cross kernel was compiled for
+        self._compiled: set[tuple[int, bool]] = set()  # (bucket, skips rows) the Triton kernel was compiled for
         # [n_slots] bool, the decoder's running flags: rows the Triton cross kernel must compute (the
         # others are inert, their outputs unused); None: every row.
         self.live_rows: torch.Tensor | None = None
@@ -128,12 +128,12 @@ class FlashInferBackend:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
         if self.use_self and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
-        if self.cross == "triton" and n_rows not in self._compiled:
+        if self.cross == "triton" and (n_rows, self.live_rows is not None) not in self._compiled:
             # Compile (and load) the kernel for this shape now: never inside a capture.
             q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
             k = self._probe_cache
             triton_cross.cross_attention(q, k, k, live=self.live_rows)
-            self._compiled.add(n_rows)
+            self._compiled.add((n_rows, self.live_rows is not None))
         elif self.cross == "flashinfer" and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
                 self._cross[n_rows] = self._plan(n_rows, 1, self.n_audio_ctx, self.cross_dtype, "HND")
