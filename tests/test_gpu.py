@@ -254,6 +254,21 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
         assert same >= len(utterances) - 2, (attention, same)
 
 
+@needs_flashinfer
+def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utterances) -> None:
+    """The Triton cross kernel skips rows whose running flag is off (the default, under graphs); an
+    eager engine with the skipping off computes every row: the same tokens."""
+    from batchscribe.api import Transcriber
+
+    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,), attention="flashinfer/triton_hnd")
+    skipping_t = Transcriber(str(tiny_en_dir), **kw)
+    skipping = _tokens(skipping_t.transcribe(utterances))
+    assert next(iter(skipping_t._engines.values())).decoder.backend.live_rows is not None
+    full_t = Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw)
+    full_t._engine(full_t.options).decoder.backend.live_rows = None
+    assert _tokens(full_t.transcribe(utterances)) == skipping
+
+
 @pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), pytest.param("auto", "fp8", marks=needs_flashinfer)])
 def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv) -> None:
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
