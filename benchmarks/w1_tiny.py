@@ -97,8 +97,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
         with _profiled(profile_rows, config):
             run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
             common.sync()
-        t_end = time.perf_counter()
-        seconds = t_end - t0
+        seconds = time.perf_counter() - t0
         hyps = {}
         for shard in sorted(Path(out).glob("*.jsonl")):
             for line in shard.read_text().splitlines():
@@ -200,13 +199,11 @@ def main() -> None:
                          "not into its pinned arena (the default with decode threads)")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
-    if args.in_flight_per_worker is not None:
-        from batchscribe.audio import pool
+    from batchscribe.audio import pool  # light: the decoders, not torch
 
+    if args.in_flight_per_worker is not None:
         pool.IN_FLIGHT_PER_WORKER = args.in_flight_per_worker
     if args.thread_chunk is not None:
-        from batchscribe.audio import pool
-
         pool.THREAD_CHUNK_ITEMS = args.thread_chunk
     if args.switch_interval is not None:
         import sys

@@ -1,6 +1,6 @@
 """The Triton cross-attention kernel (model/triton_cross) against SDPA, on the CPU through Triton's
-interpreter: the online softmax, the frame splits and their merge, and rows skipped as inert. The GPU tests run the compiled
-kernel inside the engine."""
+interpreter: the online softmax, the frame splits and their merge, and rows skipped as inert. The
+GPU tests run the compiled kernel inside the engine."""
 
 from __future__ import annotations
 

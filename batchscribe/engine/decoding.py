@@ -134,7 +134,6 @@ class SlotDecoder:
         device: torch.device,
         kv_buckets: Sequence[int] = (),  # self-attention lengths steps may use; () = exact
         attention: AttentionKinds = AttentionKinds(),
-        fused_greedy: bool | None = None,  # greedy steps through triton_select; None: on CUDA with Triton
     ):
         dims = model.dims
         self.model, self.spec, self.device = model, spec, device
@@ -147,10 +146,9 @@ class SlotDecoder:
         self.backend = attention.backend(self.cache, dtype)
         self.features = LogMel(dims.n_mels, device=device)
         self.rules = LogitRules(spec.rules, device)
-        if fused_greedy is None:
-            fused_greedy = device.type == "cuda" and triton_select.triton_available()
-        # Greedy steps' rules and choice in one kernel (the tensor path stays for sampled steps).
-        self.greedy = triton_select.GreedySelect(spec.rules, spec.no_speech, device) if fused_greedy else None
+        # On CUDA, greedy steps' rules and choice in one kernel (sampled steps keep the tensor path).
+        fused = device.type == "cuda" and triton_select.triton_available()
+        self.greedy = triton_select.GreedySelect(spec.rules, spec.no_speech, device) if fused else None
         self.language_ids = torch.tensor(spec.language_tokens or [0], device=device)
         self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= n_slots]  # what an admission can use
         self.runner = None  # a GraphRunner, set by the engine on CUDA

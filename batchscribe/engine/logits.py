@@ -29,6 +29,14 @@ class RuleSpec:
     timestamps: bool  # ApplyTimestampRules on (off in without-timestamps mode)
     max_initial_timestamp_index: int | None  # 50 for 1.0 s; None: unbounded
 
+    @property
+    def initial_limit(self) -> int:
+        """At the first sampled position only tokens below this (timestamps up to the max initial
+        one) are allowed."""
+        if self.max_initial_timestamp_index is None:
+            return self.n_vocab
+        return min(self.n_vocab, self.timestamp_begin + self.max_initial_timestamp_index + 1)
+
 
 class LogitRules:
     """Builds the rule's token sets once on a device and applies them to a batch of rows.
@@ -44,10 +52,6 @@ class LogitRules:
         self.suppress_ids = torch.tensor(sorted(set(spec.suppress)), **ids)  # [n_suppress]
         self.blank_ids = torch.tensor(sorted(set(spec.blank)), **ids)  # [n_blank]
         self.timestamp_ids = torch.arange(spec.timestamp_begin, spec.n_vocab, **ids)  # [n_timestamps]
-        # At the first sampled position only timestamps up to the max initial one are allowed.
-        self.initial_limit = spec.n_vocab
-        if spec.max_initial_timestamp_index is not None:
-            self.initial_limit = min(spec.n_vocab, spec.timestamp_begin + spec.max_initial_timestamp_index + 1)
 
     def apply(
         self,
@@ -93,7 +97,7 @@ class LogitRules:
 
         # The first sampled token is a timestamp no later than max_initial_timestamp.
         text.masked_fill_(at_begin, NEG_INF)
-        logits[:, self.initial_limit :].masked_fill_(at_begin, NEG_INF)
+        logits[:, spec.initial_limit :].masked_fill_(at_begin, NEG_INF)
 
         # If timestamps together outweigh every single text token, sample a timestamp (openai
         # reduces the same slices of the log-probabilities).

@@ -67,7 +67,7 @@ if triton is not None:
             raw_s = raw_s * tl.exp(raw_m - safe) + tl.sum(tl.exp(x - safe), 0)
             raw_m = bm
             flags = tl.load(Flags + v, mask=inside, other=0)
-            dead = ((flags & 1) != 0) | (((flags & 2) != 0) & at_begin) | (~inside)
+            dead = ((flags & 1) != 0) | (((flags & 2) != 0) & at_begin)  # columns past HI load as -inf
             if TIMESTAMPS:
                 stamp = v >= tb
                 dead = dead | (stamp & pair_done)  # a pair is complete: text or end-of-text next
@@ -153,9 +153,6 @@ class GreedySelect:
             flags[spec.no_timestamps] |= _SUPPRESS  # ApplyTimestampRules always masks it
         flags[list(spec.blank)] |= _BLANK
         self.flags = flags.to(device)  # [V] int8
-        self.initial_limit = spec.n_vocab
-        if spec.max_initial_timestamp_index is not None:
-            self.initial_limit = min(spec.n_vocab, spec.timestamp_begin + spec.max_initial_timestamp_index + 1)
         # Without timestamps the split at timestamp_begin only partitions the reductions.
         self.tb = spec.timestamp_begin if spec.timestamps else spec.n_vocab
 
@@ -177,7 +174,7 @@ class GreedySelect:
         _greedy_select[(n_rows,)](
             logits, self.flags, tokens, next_pos, sample_begin, last_timestamp,
             chosen, logprob, no_speech,
-            logits.stride(0), tokens.stride(0), tokens.shape[1], spec.eot, self.initial_limit, self.no_speech,
+            logits.stride(0), tokens.stride(0), tokens.shape[1], spec.eot, spec.initial_limit, self.no_speech,
             TB=self.tb, N_VOCAB=n_vocab, TIMESTAMPS=spec.timestamps, BLOCK=BLOCK, num_warps=8,
         )  # fmt: skip
         return chosen, logprob, no_speech
