@@ -209,8 +209,8 @@ def run_command(
     num_shards: Annotated[int, typer.Option(help="Split the input between this many machines.")] = 1,
     shard_index: Annotated[int, typer.Option(help="Which part this machine does (0-based).")] = 0,
     workers: Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); "
-                                                "default: cores - 1 on the CPU, and on a GPU half the "
-                                                "cores (at most 8) as threads.", show_default=False)] = None,
+                                                "default: cores - 1 on the CPU, and on a GPU three "
+                                                "quarters of the cores (at most 12) as threads.", show_default=False)] = None,
     max_errors: Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this "
                                                    "have failed.", show_default=False)] = None,
     shard_size: Annotated[int, typer.Option(help="Records per shard file (a shard is also committed "

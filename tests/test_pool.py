@@ -264,7 +264,8 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
 
 
 def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unless told, processes number cores - 1, and threads (the GPU path) half the cores, at most 8."""
+    """Unless told, processes number cores - 1, and threads (the GPU path) three quarters of the
+    cores, at most 12."""
     from batchscribe.audio import pool
 
     made: list[tuple[int, bool]] = []
@@ -273,15 +274,18 @@ def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 32)
     for threads in (True, False):
         list(decode_stream(_items([b"ab"]), threads=threads, decoder=_bytes_decoder))
-    assert made == [(8, True), (31, False)]
+    assert made == [(12, True), (31, False)]
     monkeypatch.setattr(pool.os, "cpu_count", lambda: 6)
-    assert pool.decode_threads_default() == 3 and pool.default_workers() == 5
+    assert pool.decode_threads_default() == 4 and pool.default_workers() == 5
+    monkeypatch.setattr(pool.os, "cpu_count", lambda: 2)
+    assert pool.decode_threads_default() == 1 and pool.default_workers() == 1
 
 
 def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Processes get short items in chunks once decoded sizes are known (each task's round trip
-    costs the main process the same whatever it carries); threads get one item per task. Order,
-    samples and the item count are unchanged."""
+    costs the main process the same whatever it carries), at most MAX_CHUNK_ITEMS; threads get
+    tasks of at most THREAD_CHUNK_ITEMS (4: a task's bookkeeping costs the GIL). Both start with
+    one item per task, before any size is known. Order, samples and the item count are unchanged."""
     from batchscribe.audio import pool
 
     sizes: dict[bool, list[int]] = {True: [], False: []}
@@ -306,7 +310,8 @@ def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyP
         for d, p in zip(out, payloads):
             np.testing.assert_array_equal(d.audio, np.frombuffer(p, np.uint8).astype(np.float32))
     assert sum(sizes[False]) == 200 and sizes[False][0] == 1 and max(sizes[False]) == 16
-    assert sizes[True] == [1] * 200
+    assert pool.THREAD_CHUNK_ITEMS == 4
+    assert sum(sizes[True]) == 200 and sizes[True][0] == 1 and max(sizes[True]) == 4
 
 
 def test_chunk_sizer_fits_the_budget_share() -> None:

@@ -63,10 +63,10 @@ IN_FLIGHT_PER_WORKER = 2
 # items therefore travel in chunks, sized so decoded bytes in flight stay under half the budget.
 MAX_CHUNK_ITEMS = 16
 # Items per task for decode threads. A task costs the GIL ~40 us (its Future, the executor's queue
-# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine); 1
-# until a GPU run shows tasks of several items are faster end to end (benchmarks/w1_tiny.py
-# --thread-chunk).
-THREAD_CHUNK_ITEMS = 1
+# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine), and
+# the GIL is what W1's input pipeline waits on: on the H200 W1 ran at RTFx 16,496 with tasks of 4
+# against 14,327-15,315 with tasks of 1 (docs/GPU_NOTES.md, 2026-12-01).
+THREAD_CHUNK_ITEMS = 4
 _SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
@@ -88,10 +88,11 @@ def default_workers() -> int:
 
 
 def decode_threads_default() -> int:
-    """Decode threads beside a GPU engine: half the cores, at most 8. More threads decode faster
-    but take the GIL from the thread that launches GPU work: on the H200's 16 cores W1 ran at
-    RTFx 6,364 with 8 threads, 5,196 with 15 and 5,402 with 4 (docs/GPU_NOTES.md)."""
-    return max(1, min(8, (os.cpu_count() or 2) // 2))
+    """Decode threads beside a GPU engine: three quarters of the cores, at most 12. Too many take
+    the GIL from the thread that launches GPU work, too few leave the engine waiting on input: on
+    the H200's 16 cores W1 ran at RTFx 15,698-17,176 with 12 threads against 14,327-15,315 with 8
+    and 13,747 with 15 (docs/GPU_NOTES.md, 2026-12-01)."""
+    return max(1, min(12, (os.cpu_count() or 2) * 3 // 4))
 
 
 def decode_stream(
