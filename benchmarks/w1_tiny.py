@@ -105,7 +105,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
                 hyps[rec["id"]] = rec.get("text", "")
     print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
           "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
-    # When, from run()'s call: the engine's stream starts, first and last admits, yields its last record.
+    # When, from run()'s call: the engine's stream starts, gets its first item, first and last
+    # admits, yields its last record.
     print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3))
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}

@@ -119,7 +119,8 @@ class Engine:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
         # Host seconds per stage (and counts), for benchmarks: where does the time go? And when
-        # (perf_counter) the last stream started, first and last admitted, and yielded its last record.
+        # (perf_counter) the last stream started, got its first item, first and last admitted,
+        # and yielded its last record.
         self.timings: defaultdict[str, float] = defaultdict(float)
         self.marks: dict[str, float] = {}
         # Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
@@ -294,7 +295,9 @@ class Engine:
                     exhausted = True
                     break
                 finally:
-                    clock["wait_input"] += time.perf_counter() - t0
+                    t1 = time.perf_counter()
+                    clock["wait_input"] += t1 - t0
+                    marks.setdefault("first_input", t1)
                 item = _Item(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
                 if item.content_frames == 0:
                     yield self._record(item)
