@@ -53,7 +53,6 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
     from batchscribe.audio import pool
 
     monkeypatch.setattr(pool, "THREAD_CHUNK_ITEMS", thread_chunk)  # decode threads take tasks of several items
-    monkeypatch.setattr(pool, "THREAD_CHUNK_AFTER_ITEMS", 5)  # once 5 have come back (1 per task before)
     tasks: list[int] = []
     decode_many = pool._decode_many
     if threads:
@@ -74,7 +73,6 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
     assert [d.id for d in out] == [i.id for i in items]
     if threads:
         assert sum(tasks) == len(items) and (max(tasks) > 1) == (thread_chunk > 1) and max(tasks) <= thread_chunk
-        assert tasks[:5] == [1] * 5
     bad = {"garbage", "truncated-header", "missing-file", "no-audio"}
     for item, dec in zip(items, out):
         if item.id in bad:
@@ -286,10 +284,8 @@ def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Processes get short items in chunks once decoded sizes are known (each task's round trip
     costs the main process the same whatever it carries), at most MAX_CHUNK_ITEMS; threads get
-    tasks of at most THREAD_CHUNK_ITEMS (4: a task's bookkeeping costs the GIL), once
-    THREAD_CHUNK_AFTER_ITEMS (128) have come back (a GPU engine's first group waits for them). Both
-    start with one item per task, before any size is known. Order, samples and the item count are
-    unchanged."""
+    tasks of at most THREAD_CHUNK_ITEMS (4: a task's bookkeeping costs the GIL). Both start with
+    one item per task, before any size is known. Order, samples and the item count are unchanged."""
     from batchscribe.audio import pool
 
     sizes: dict[bool, list[int]] = {True: [], False: []}
@@ -314,8 +310,8 @@ def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyP
         for d, p in zip(out, payloads):
             np.testing.assert_array_equal(d.audio, np.frombuffer(p, np.uint8).astype(np.float32))
     assert sum(sizes[False]) == 200 and sizes[False][0] == 1 and max(sizes[False]) == 16
-    assert pool.THREAD_CHUNK_ITEMS == 4 and pool.THREAD_CHUNK_AFTER_ITEMS == 128
-    assert sum(sizes[True]) == 200 and sizes[True][:128] == [1] * 128 and max(sizes[True]) == 4
+    assert pool.THREAD_CHUNK_ITEMS == 4
+    assert sum(sizes[True]) == 200 and sizes[True][0] == 1 and max(sizes[True]) == 4
 
 
 def test_chunk_sizer_fits_the_budget_share() -> None:
@@ -331,11 +327,4 @@ def test_chunk_sizer_fits_the_budget_share() -> None:
     big.observe([(np.zeros(1 << 20, np.float32), None)])
     assert big.items() == 1  # an item larger than the share still travels alone
     assert _ChunkSizer(chunk_bytes=8000, most=1).items() == 1
-    late = _ChunkSizer(chunk_bytes=8000, most=16, after=3)
-    late.observe([(np.zeros(250, np.float32), None)] * 2)
-    assert late.items() == 1  # 2 of the 3 items it waits for
-    late.observe([(None, "bad")])
-    assert late.items() == 1  # an error shows no size: still waiting
-    late.observe([(np.zeros(250, np.float32), None)])
-    assert late.items() == 8
 

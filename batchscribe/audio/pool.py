@@ -67,10 +67,6 @@ MAX_CHUNK_ITEMS = 16
 # the GIL is what W1's input pipeline waits on: on the H200 W1 ran at RTFx 16,496 with tasks of 4
 # against 14,327-15,315 with tasks of 1 (docs/GPU_NOTES.md, 2026-12-01).
 THREAD_CHUNK_ITEMS = 4
-# ...but one item per task until this many have come back. With tasks of 4 from the start, 12
-# threads and 96 items in flight, the thread waiting on the first results got the GIL late: a GPU
-# engine's first admission (64 items) came 0.16 s after the start instead of 0.045 s (H200, W1).
-THREAD_CHUNK_AFTER_ITEMS = 128
 _SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
@@ -153,8 +149,7 @@ def _decode_pooled(
     pending = _InFlight()
     in_flight = IN_FLIGHT_PER_WORKER * workers
     # Threads share memory: a task costs no copy to hand over, only its bookkeeping.
-    sizer = _ChunkSizer(max_buffered_bytes // (2 * in_flight), THREAD_CHUNK_ITEMS if threads else MAX_CHUNK_ITEMS,
-                        after=THREAD_CHUNK_AFTER_ITEMS if threads else 0)
+    sizer = _ChunkSizer(max_buffered_bytes // (2 * in_flight), MAX_CHUNK_ITEMS if not threads else THREAD_CHUNK_ITEMS)
     try:
         source = iter(items)
         exhausted = False
@@ -202,15 +197,15 @@ def _owned(item: SourceItem) -> SourceItem:
 
 
 class _ChunkSizer:
-    """How many items the next task takes: 1 until results show the decoded size of an item (and
-    `after` items have come back), then as many as fit `chunk_bytes` (at most `most`)."""
+    """How many items the next task takes: 1 until results show the decoded size of an item, then
+    as many as fit `chunk_bytes` (at most `most`)."""
 
-    def __init__(self, chunk_bytes: int, most: int, after: int = 0):
-        self.chunk_bytes, self.most, self.after = chunk_bytes, most, after
+    def __init__(self, chunk_bytes: int, most: int):
+        self.chunk_bytes, self.most = chunk_bytes, most
         self.seen_items = self.seen_bytes = 0
 
     def items(self) -> int:
-        if self.most == 1 or self.seen_items == 0 or self.seen_items < self.after:
+        if self.most == 1 or self.seen_items == 0:
             return 1
         per_item = max(1, self.seen_bytes // self.seen_items)
         return max(1, min(self.most, self.chunk_bytes // per_item))
