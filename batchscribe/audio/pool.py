@@ -63,10 +63,11 @@ IN_FLIGHT_PER_WORKER = 2
 # items therefore travel in chunks, sized so decoded bytes in flight stay under half the budget.
 MAX_CHUNK_ITEMS = 16
 # Items per task for decode threads. A task costs the GIL ~40 us (its Future, the executor's queue
-# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine), and
-# the GIL is what W1's input pipeline waits on: on the H200 W1 ran at RTFx 16,496 with tasks of 4
-# against 14,327-15,315 with tasks of 1 (docs/GPU_NOTES.md, 2026-12-01).
-THREAD_CHUNK_ITEMS = 4
+# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine), yet
+# one item per task is faster beside a GPU engine: with 12 threads W1 ran at RTFx 18,080-18,689
+# with tasks of 1 and 15,542-17,222 with tasks of 4 (H200, docs/GPU_NOTES.md, 2026-12-01); busy
+# threads with work queued kept the GIL from the thread that hands their results on.
+THREAD_CHUNK_ITEMS = 1
 _SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
