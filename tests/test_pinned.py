@@ -72,6 +72,32 @@ def test_threads_allocate_disjoint_ranges() -> None:
     assert len(seen) > 100 and arena.in_use() == 0
 
 
+def test_a_range_freed_by_the_garbage_collector_inside_the_arena_never_deadlocks() -> None:
+    """The collector runs whenever Python allocates, in whatever thread: inside `allocate`, with
+    the arena's lock held, it can free the last view of another range (one in a reference cycle),
+    whose finalizer gives that range back. Giving back must not wait for the lock (a W1 run on the
+    H200 stalled for minutes in its second configuration; this is the one lock it could be)."""
+    arena = _arena(100)
+    samples = arena.allocate(60)
+    cycle: list[object] = [samples]
+    cycle.append(cycle)  # only the collector frees it
+    del samples, cycle
+    gc.disable()  # no collection before the one below
+    try:
+
+        def allocate_while_collecting() -> None:
+            with arena._lock:  # as during allocate's bookkeeping, when the collector may run
+                gc.collect()
+
+        worker = threading.Thread(target=allocate_while_collecting, daemon=True)
+        worker.start()
+        worker.join(timeout=10)
+        assert not worker.is_alive(), "the finalizer waited for the lock its own thread holds"
+    finally:
+        gc.enable()
+    assert arena.in_use() == 0 and arena.holds(arena.allocate(100))  # the range did come back
+
+
 def test_decode_audio_into_the_arena(shared_data) -> None:
     """A FLAC decodes straight into the arena (decode's allocate hook), equal to a plain decode."""
     flac = (shared_data / "misc" / "jfk.flac").read_bytes()

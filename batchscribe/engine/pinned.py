@@ -73,7 +73,7 @@ class PinnedArena:
         # records the first non-array owner as every view's base), and its finalizer gives the range
         # back once the last of them is gone.
         owner = _Range(self._base + 4 * entry[0], n_samples)
-        weakref.finalize(owner, self._release, entry)
+        weakref.finalize(owner, _release, entry)
         return np.asarray(owner)
 
     def holds(self, samples: np.ndarray) -> bool:
@@ -83,11 +83,18 @@ class PinnedArena:
 
     def in_use(self) -> int:
         with self._lock:
+            self._drop_freed()
             return sum(n for _, n, freed in self._live if not freed)
+
+    def _drop_freed(self) -> None:
+        """Under the lock: ranges given back at the tail of the ring become free space."""
+        while self._live and self._live[0][2]:
+            self._live.popleft()
 
     def _reserve(self, n: int) -> list[int] | None:
         if n <= 0 or n > self.capacity:
             return None
+        self._drop_freed()
         if not self._live:
             self._head = 0
             start: int | None = 0
@@ -104,8 +111,10 @@ class PinnedArena:
         self._head = start + n
         return entry
 
-    def _release(self, entry: list[int]) -> None:
-        with self._lock:
-            entry[2] = 1
-            while self._live and self._live[0][2]:
-                self._live.popleft()
+
+def _release(entry: list[int]) -> None:
+    """A range's finalizer: marks it free, for the next allocation to reclaim. It takes no lock.
+    Finalizers run wherever the last view dies, the garbage collector's runs included, and those
+    happen on any allocation, also inside `allocate` with the lock held: a finalizer that waited
+    for the lock there deadlocked the thread (tests/test_pinned.py). One item store is atomic."""
+    entry[2] = 1
