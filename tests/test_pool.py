@@ -6,12 +6,14 @@ and crash tests use tiny module-level decoders (workers import them by name).
 
 from __future__ import annotations
 
+import gc
 import io
 import os
 import signal
 import subprocess
 import sys
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -83,6 +85,26 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
         assert rate == 16000
         assert dec.audio is not None and dec.audio.dtype == np.float32 and dec.audio.shape == reference.shape
         np.testing.assert_allclose(dec.audio, reference, atol=1e-6)
+
+
+@pytest.mark.parametrize("threads", [True, False])
+def test_decoded_samples_die_with_their_last_reference(threads: bool) -> None:
+    """Reference counting alone frees what the stream yielded once the consumer lets go, with the
+    garbage collector off: no reference cycle (a task and its future's callback made one) keeps
+    decoded samples alive until the collector's next run. A GPU run's samples live in its pinned
+    ring, which can take new items only as earlier ones die."""
+    payloads = [bytes([i]) * 50 for i in range(40)]
+    gc.collect()
+    gc.disable()
+    try:
+        seen: list[weakref.ref] = []
+        for d in decode_stream(_items(payloads), workers=2, prefetch=6, decoder=_bytes_decoder, threads=threads):
+            seen.append(weakref.ref(d.audio))
+        del d
+        alive = [i for i, ref in enumerate(seen) if ref() is not None]
+    finally:
+        gc.enable()
+    assert len(seen) == 40 and alive == []
 
 
 def test_order_and_errors_inline_equals_pooled() -> None:

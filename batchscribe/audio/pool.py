@@ -220,8 +220,10 @@ class _ChunkSizer:
 
 @dataclass(eq=False)
 class _Task:
+    # No reference to its future: the future's done-callback holds the task, and a task holding
+    # the future made a cycle that kept every decoded result (a GPU run's pinned samples) alive
+    # until the garbage collector's next run.
     chunk: list[SourceItem]
-    future: Future[list[_Result]]
     encoded: int  # bytes of the chunk's encoded audio
     done: bool = False
     decoded: int = 0  # bytes of its decoded audio, once done
@@ -237,7 +239,7 @@ class _InFlight:
     """
 
     def __init__(self) -> None:
-        self._tasks: deque[_Task] = deque()
+        self._tasks: deque[tuple[_Task, Future[list[_Result]]]] = deque()
         self._lock = threading.Lock()
         self.items = 0  # items in the tasks
         self._bytes = 0  # encoded bytes of every task plus decoded bytes of the done ones
@@ -247,16 +249,15 @@ class _InFlight:
         return len(self._tasks)
 
     def add(self, chunk: list[SourceItem], future: Future[list[_Result]]) -> None:
-        task = _Task(chunk, future, sum(len(item.audio_bytes or b"") for item in chunk))
+        task = _Task(chunk, sum(len(item.audio_bytes or b"") for item in chunk))
         with self._lock:
-            self._tasks.append(task)
+            self._tasks.append((task, future))
             self.items += len(chunk)
             self._bytes += task.encoded
             self._undone += 1
-        future.add_done_callback(lambda _, task=task: self._completed(task))
+        future.add_done_callback(lambda future, task=task: self._completed(task, future))
 
-    def _completed(self, task: _Task) -> None:
-        future = task.future
+    def _completed(self, task: _Task, future: Future[list[_Result]]) -> None:
         size = 0
         if not future.cancelled() and future.exception() is None:
             size = sum(0 if audio is None else audio.nbytes for audio, _ in future.result())
@@ -269,12 +270,12 @@ class _InFlight:
 
     def popleft(self) -> tuple[list[SourceItem], Future[list[_Result]]]:
         with self._lock:
-            task = self._tasks.popleft()
+            task, future = self._tasks.popleft()
             task.taken = True
             self.items -= len(task.chunk)
             self._bytes -= task.encoded + task.decoded
             self._undone -= 0 if task.done else 1
-        return task.chunk, task.future
+        return task.chunk, future
 
     def drain(self) -> list[tuple[list[SourceItem], Future[list[_Result]]]]:
         return [self.popleft() for _ in range(len(self._tasks))]
