@@ -91,6 +91,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     engine.decoder.timings.clear()
     if ahead is not None:
         engine.looks_before_admission = ahead
+    arena = engine.decoder.arena
+    fallbacks = arena.fallbacks if arena is not None else 0
     with tempfile.TemporaryDirectory() as out:
         common.sync()
         t0 = time.perf_counter()
@@ -107,7 +109,9 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
           "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
     # When, from run()'s call: the engine's stream starts, gets its first item, first and last
     # admits, yields its last record.
-    print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3))
+    # And items decoded into ordinary memory because the pinned ring was full (packed as before).
+    print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3),
+          "arena fallbacks", "-" if arena is None else arena.fallbacks - fallbacks)  # fmt: skip
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
