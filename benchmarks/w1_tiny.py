@@ -203,7 +203,14 @@ def main() -> None:
                     help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
                          "not into its pinned arena (the default with decode threads)")
     ap.add_argument("--no-append", action="store_true")
+    ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
+                    help="print every thread's stack if the program still runs after SECONDS "
+                         "(to see where a run stalls before a time limit kills it)")
     args = ap.parse_args()
+    if args.stall_dump > 0:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.stall_dump, exit=False)
     from batchscribe.audio import pool  # light: the decoders, not torch
 
     if args.in_flight_per_worker is not None:

@@ -13,7 +13,7 @@ P=../../shared/data/librispeech/train-clean-5-first100.parquet
 cd benchmarks
 timeout 120 python3 decode_pipeline.py --parquet $P --workers 8 15 --cuda --decoders ${DECODERS:-default} > $OUT/pipeline.txt 2>&1
 cut -c1-200 $OUT/pipeline.txt
-timeout 300 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 > $OUT/w1c.txt 2>&1
+timeout 300 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch 256 --configs auto:auto auto:fp8 --stall-dump 280 > $OUT/w1c.txt 2>&1
 grep -E "host seconds|RTFx|timeline|^batchscribe|transformers bs|capture|ratio" $OUT/w1c.txt | cut -c1-420
 cp RESULTS.md $OUT/
 for v in "$@"; do
