@@ -58,7 +58,7 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
 
 def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
          profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None,
-         arena: bool = True) -> dict:
+         arena: bool = True, compact: bool = True) -> dict:
     import numpy as np
 
     import common
@@ -91,6 +91,7 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     engine.decoder.timings.clear()
     if ahead is not None:
         engine.looks_before_admission = ahead
+    engine.compact_tail = compact
     arena = engine.decoder.arena
     fallbacks = arena.fallbacks if arena is not None else 0
     with tempfile.TemporaryDirectory() as out:
@@ -199,6 +200,8 @@ def main() -> None:
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
     ap.add_argument("--ahead", type=int, default=None,
                     help="looks queued before each admission (diagnosis; default: the engine's)")
+    ap.add_argument("--no-compact", action="store_true",
+                    help="step the tail's windows where they are (Engine.compact_tail=False; diagnosis)")
     ap.add_argument("--packed", action="store_true",
                     help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
                          "not into its pinned arena (the default with decode threads)")
@@ -227,7 +230,7 @@ def main() -> None:
         results = []
         for config in args.configs:
             r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
-                     args.ahead, not args.packed)
+                     args.ahead, not args.packed, not args.no_compact)
             r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
             # Printed now as well: a peer that runs past a time limit must not take these with it.
             print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "

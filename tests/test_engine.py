@@ -227,6 +227,77 @@ def test_sampled_fallback_is_independent_of_slots_and_batch(tiny_en_dir, shared_
     assert [r["text"] for r in other_seed] != [r["text"] for r in alone]
 
 
+@pytest.mark.parametrize("fallback", [False, True])
+def test_compacting_the_tail_changes_no_token(tiny_en_dir, shared_data, fallback: bool) -> None:
+    """Once nothing is left to admit, running windows move down into the rows finished ones left
+    (SlotDecoder.compact), so steps cover fewer rows; every record stays the same, long-form seeks
+    and sampled fallbacks (whose noise is keyed by window, not slot) included."""
+    from batchscribe.api import Transcriber
+
+    audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_1_4482311_3_62.wav")
+    jfk = decode_audio(shared_data / "misc" / "jfk.flac")
+    # Short items finish first, in low rows, while the long ones (later slots) keep decoding.
+    items = [("a", jfk[: 16000 * 2]), ("b", jfk[: 16000 * 3]), ("c", jfk), ("d", audio[: 16000 * 40]),
+             ("e", jfk[: 16000 * 4]), ("f", audio)]  # fmt: skip
+    kw = dict(temperatures=(0.0, 1.0), compression_ratio_threshold=0.0) if fallback else GREEDY
+    runs = {}
+    for compact in (False, True):
+        t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=6, **kw)
+        t.transcribe(items[:1])  # builds the engine
+        engine = next(iter(t._engines.values()))
+        engine.compact_tail = compact
+        engine.timings.clear()
+        runs[compact] = (t.transcribe(items), dict(engine.timings))
+    (plain, plain_clock), (compacted, clock) = runs[False], runs[True]
+    assert clock["compactions"] >= 1 and "compactions" not in plain_clock
+    assert clock["row_steps"] < plain_clock["row_steps"]  # the point: fewer rows stepped
+    assert clock["steps"] == plain_clock["steps"]
+    for a, b in zip(plain, compacted):
+        assert b["text"] == a["text"] and b["segments"] and _check_record(b) is None
+        assert [s["tokens"] for s in a["segments"]] == [s["tokens"] for s in b["segments"]]
+        assert [s["temperature"] for s in a["segments"]] == [s["temperature"] for s in b["segments"]]
+        assert [s["avg_logprob"] for s in a["segments"]] == pytest.approx([s["avg_logprob"] for s in b["segments"]], abs=1e-5)
+
+
+def test_compact_moves_every_slot_tensor_and_the_host_mirror(tiny_en_dir) -> None:
+    """The decoder's part on its own: rows past the occupied count land in the holes below it with
+    their whole state and K/V; the rows left behind are free and inert; snapshots queued before the
+    move skip both ends of it."""
+    import torch
+
+    from batchscribe.api import Transcriber
+    from batchscribe.engine.decoding import WindowRequest
+
+    t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=8, **GREEDY)
+    t.transcribe([("warm", np.zeros(16000, np.float32))])
+    dec = next(iter(t._engines.values())).decoder
+    rng = np.random.default_rng(0)
+    prompt = (50257, 50362)  # <|startoftranscript|><|notimestamps|>, tiny.en
+    reqs = [WindowRequest(key=k, audio=rng.standard_normal(16000 * (k + 1)).astype(np.float32) * 0.1,
+                          prompt=prompt, temperature=0.0, detect_language=False, noise_key=k)
+            for k in range(4)]  # fmt: skip
+    dec.admit(reqs, [0, 2, 5, 7])
+    dec.step(dec.rows_in_use(), 3)
+    dec.snapshot()  # queued before the move: rows 1, 3, 4 and 6 are free (not running) in it
+    before = {name: getattr(dec, name).clone() for name in ("tokens", "positions", "sum_logprob", "sample_end")}
+    cross, self_v = dec.cache.cross_k[0].clone(), dec.cache.self_v[-1].clone()
+    dec.keys[0], dec.occupied[0] = None, False  # as if slot 0's window had been collected
+    assert dec.compact() == 3 and dec.rows_in_use() == 3
+    assert dec.keys[:3] == [2, 3, 1] and not dec.occupied[3:].any()  # 5 -> 0, 7 -> 1, 2 stays
+    for name, old in before.items():
+        new = getattr(dec, name)
+        assert torch.equal(new[0], old[5]) and torch.equal(new[1], old[7]) and torch.equal(new[2], old[2]), name
+    assert torch.equal(dec.cache.cross_k[0][:2], cross[[5, 7]]) and torch.equal(dec.cache.self_v[-1][:2], self_v[[5, 7]])
+    assert dec.running[:3].all() and not dec.running[3:].any()  # the rows left behind are inert
+    # The old snapshot shows row 1 free; without the generation guard it would report key 3 done.
+    assert dec.finished(dec.wait_snapshot()) == []
+    dec.running[1] = False  # key 3 (moved from row 7) finishes
+    dec.snapshot()
+    (result,) = dec.finished(dec.wait_snapshot())
+    position = int(before["positions"][7])
+    assert result.key == 3 and result.tokens == before["tokens"][7, len(prompt) : position + 1].tolist()
+
+
 def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
     from batchscribe.engine.decoding import ENCODER_CHUNKS, encoder_chunks
 

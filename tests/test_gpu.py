@@ -269,6 +269,28 @@ def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utteranc
     assert _tokens(full_t.transcribe(utterances)) == skipping
 
 
+@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), pytest.param("auto", "auto", marks=needs_flashinfer),
+                                                pytest.param("auto", "fp8", marks=needs_flashinfer)])  # fmt: skip
+def test_compacting_the_tail_under_graphs_changes_no_token(tiny_en_dir, utterances, attention, cross_kv) -> None:
+    """Under CUDA graphs, moving the tail's running windows into low rows (their state and K/V, fp8
+    as bytes) and replaying smaller buckets gives the same tokens as stepping the full bucket."""
+    from batchscribe.api import Transcriber
+
+    got = {}
+    for compact in (False, True):
+        t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,),
+                        attention=attention, cross_kv=cross_kv)  # fmt: skip
+        t.transcribe(utterances[:1])
+        engine = next(iter(t._engines.values()))
+        assert engine.graphs is not None
+        engine.compact_tail = compact
+        engine.timings.clear()
+        got[compact] = (_tokens(t.transcribe(utterances)), dict(engine.timings))
+    (plain, plain_clock), (compacted, clock) = got[False], got[True]
+    assert clock["compactions"] >= 1 and clock["row_steps"] < plain_clock["row_steps"]
+    assert compacted == plain
+
+
 @pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), pytest.param("auto", "fp8", marks=needs_flashinfer)])
 def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv) -> None:
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the

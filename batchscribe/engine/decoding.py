@@ -352,6 +352,57 @@ class SlotDecoder:
         used = np.flatnonzero(self.occupied)
         return int(used[-1]) + 1 if used.size else 0
 
+    def slots_in_use(self) -> int:
+        return int(np.count_nonzero(self.occupied))
+
+    @torch.no_grad()
+    def compact(self) -> int:
+        """Move the windows in rows at or past the number of occupied slots into the free rows
+        below it, so that steps cover only that many rows; returns rows_in_use() after it.
+
+        For the tail of a run, when no admission will fill the holes that finished windows leave:
+        W1's last ~0.1 s stepped a 256-row bucket for a few dozen rows. Every per-slot tensor (state
+        and K/V cache) moves with its row: a window decodes the same in any slot (the sampling noise
+        is keyed by window, not slot). Only queues device copies. Snapshots queued before the move
+        describe the old rows, so both ends of every move count as re-admitted (`generation`) and
+        those snapshots skip them; later snapshots read the moved windows, finished ones included
+        (a finished row is inert: a late look reads what an early one would).
+        """
+        used = np.flatnonzero(self.occupied)
+        n = used.size
+        src = used[used >= n]  # [m] rows to move
+        if not src.size:
+            return n
+        dst = np.flatnonzero(~self.occupied[:n])  # [m]: as many holes below n as rows past it
+        src_d, dst_d = (self._to_device(torch.from_numpy(rows)) for rows in (src, dst))
+        cache = self.cache
+        for t in (*self._slot_tensors(), *cache.self_k, *cache.self_v, *cache.cross_k, *cache.cross_v):
+            if t.dtype.itemsize == 1 and t.is_floating_point():
+                t = t.view(torch.uint8)  # fp8 K/V: moved as bytes (index_copy_ has no fp8 kernels)
+            t.index_copy_(0, dst_d, t.index_select(0, src_d))
+        self.running.index_fill_(0, src_d, False)  # the rows left behind are free: inert
+        for mirror in (self.occupied, self.temperatures, self.host_positions):
+            mirror[dst] = mirror[src]
+        self.occupied[src], self.temperatures[src], self.host_positions[src] = False, 0.0, 0
+        for a, b in zip(src.tolist(), dst.tolist()):
+            self.keys[b], self.keys[a] = self.keys[a], None
+        self.generation[src] += 1
+        self.generation[dst] += 1
+        return n
+
+    def _slot_tensors(self) -> tuple[torch.Tensor, ...]:
+        """Every per-slot state tensor ([n_slots, ...]) besides the K/V cache."""
+        return (self.tokens, self.positions, self.sample_begin, self.sample_end, self.last_timestamp,
+                self.sum_logprob, self.no_speech_prob, self.temperature, self.noise_key, self.detect,
+                self.running, self.hit_eot)  # fmt: skip
+
+    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
+        """A small host tensor on the device without waiting: through pinned memory on CUDA (the
+        caching host allocator keeps the block until the copy is done)."""
+        if not self._pinned:
+            return host.to(self.device)
+        return host.pin_memory().to(self.device, non_blocking=True)
+
     @torch.no_grad()
     def step(self, n_rows: int, steps: int = 1) -> None:
         """`steps` decode steps for rows [0, n_rows), queueing no snapshot."""
