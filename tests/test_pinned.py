@@ -75,8 +75,8 @@ def test_threads_allocate_disjoint_ranges() -> None:
 def test_a_range_freed_by_the_garbage_collector_inside_the_arena_never_deadlocks() -> None:
     """The collector runs whenever Python allocates, in whatever thread: inside `allocate`, with
     the arena's lock held, it can free the last view of another range (one in a reference cycle),
-    whose finalizer gives that range back. Giving back must not wait for the lock (a W1 run on the
-    H200 stalled for minutes in its second configuration; this is the one lock it could be)."""
+    whose finalizer gives that range back. Giving back must not wait for the lock (the likely
+    cause of a W1 run that stalled for minutes on the H200, in its second configuration)."""
     arena = _arena(100)
     samples = arena.allocate(60)
     cycle: list[object] = [samples]

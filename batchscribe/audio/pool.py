@@ -91,8 +91,8 @@ def default_workers() -> int:
 def decode_threads_default() -> int:
     """Decode threads beside a GPU engine: three quarters of the cores, at most 12. Too many take
     the GIL from the thread that launches GPU work, too few leave the engine waiting on input: on
-    the H200's 16 cores W1 ran at RTFx 15,698-17,176 with 12 threads against 14,327-15,315 with 8
-    and 13,747 with 15 (docs/GPU_NOTES.md, 2026-12-01)."""
+    the H200's 16 cores W1 ran at RTFx 15,698-18,689 with 12 threads against 14,327-17,805 with 8
+    in the same calls, and 13,747 with 15 (docs/GPU_NOTES.md, 2026-12-01)."""
     return max(1, min(12, (os.cpu_count() or 2) * 3 // 4))
 
 
