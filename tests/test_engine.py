@@ -272,6 +272,11 @@ def test_compact_moves_every_slot_tensor_and_the_host_mirror(tiny_en_dir) -> Non
     t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=8, **GREEDY)
     t.transcribe([("warm", np.zeros(16000, np.float32))])
     dec = next(iter(t._engines.values())).decoder
+    # Every per-slot tensor the decoder holds is one compact() moves (the snapshot table is
+    # rewritten from them on every look): a tensor added later cannot be forgotten.
+    per_slot = {name for name, v in vars(dec).items() if isinstance(v, torch.Tensor) and v.shape[:1] == (8,)}
+    moved = {name for name, v in vars(dec).items() if any(v is m for m in dec._slot_tensors())}
+    assert per_slot - {"_pack"} == moved
     rng = np.random.default_rng(0)
     prompt = (50257, 50362)  # <|startoftranscript|><|notimestamps|>, tiny.en
     reqs = [WindowRequest(key=k, audio=rng.standard_normal(16000 * (k + 1)).astype(np.float32) * 0.1,

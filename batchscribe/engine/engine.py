@@ -263,6 +263,12 @@ class Engine:
         marks.clear()
         marks["start"] = time.perf_counter()
 
+        def advance(n_rows: int) -> None:
+            """One look's steps over rows [0, n_rows), counted."""
+            dec.advance(n_rows, self.check_every)
+            clock["steps"] += self.check_every
+            clock["row_steps"] += n_rows * self.check_every
+
         def collect(keep: int) -> Iterator[dict]:
             """Fold in the finished windows of every queued snapshot but the newest `keep`."""
             while dec.pending_snapshots() > keep:
@@ -312,9 +318,7 @@ class Engine:
             if queue and free and (len(free) >= self.admit_min or n_rows == 0 or exhausted):
                 t0 = time.perf_counter()
                 for _ in range(self.looks_before_admission if n_rows else 0):
-                    dec.advance(n_rows, self.check_every)
-                    clock["steps"] += self.check_every
-                    clock["row_steps"] += n_rows * self.check_every
+                    advance(n_rows)
                 group = [queue.popleft() for _ in range(min(len(free), len(queue), self.admit_max))]
                 try:
                     dec.admit([self._window(k, live[k]) for k in group], free[: len(group)])
@@ -346,8 +350,6 @@ class Engine:
             if self.compact_tail and exhausted and not queue and 2 * dec.slots_in_use() <= n_rows:
                 n_rows = dec.compact()
                 clock["compactions"] += 1
-            dec.advance(n_rows, self.check_every)
-            clock["steps"] += self.check_every
-            clock["row_steps"] += n_rows * self.check_every
+            advance(n_rows)
             clock["step_launch"] += time.perf_counter() - t0
             yield from collect(self.lag)
