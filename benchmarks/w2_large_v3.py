@@ -75,11 +75,17 @@ def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention
     audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
     list(engine.transcribe_stream((f"warm{i}", audio) for i in range(min(slots, 32))))  # warm-up
     common.sync()
+    engine.timings.clear(), engine.decoder.timings.clear()  # count the timed run only
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     records = list(engine.transcribe_stream((f"w{i}", audio) for i in range(windows)))
     common.sync()
     seconds = time.perf_counter() - t0
+    # Where the wall time goes beyond encoder + steps: host seconds by stage, row-steps (a full
+    # packing needs windows x 128), and when the stream first/last admitted and yielded.
+    print("engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
+          "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
+    print("timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3), flush=True)
     breakdown = _breakdown(engine, audio)
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
