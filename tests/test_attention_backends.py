@@ -77,12 +77,17 @@ def test_attention_kinds_resolve() -> None:
     with pytest.raises(ValueError, match="float16 or bfloat16"):
         AttentionKinds.resolve("flashinfer", "auto", cpu, torch.float32)
     with pytest.raises(ValueError, match="unknown"):
-        AttentionKinds("triton", "sdpa")
+        AttentionKinds("cudnn", "sdpa")
+    with pytest.raises(ValueError, match="unknown"):
+        AttentionKinds("sdpa", "triton")  # the cross kernel reads a heads-first cache: triton_hnd
+    assert AttentionKinds("triton", "triton_hnd", FP8).self_attention == "triton"
     with pytest.raises(ValueError, match="SELF/CROSS"):
         AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
     assert AttentionKinds.resolve("sdpa", "auto", cpu, torch.float16) == AttentionKinds()
     with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
         AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16)
+    with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
+        AttentionKinds.resolve("triton/triton_hnd", "auto", cpu, torch.float16)
     assert AttentionKinds("flashinfer", "flashinfer_hnd", FP8).cross_hnd
     assert not AttentionKinds("flashinfer", "flashinfer", FP8).cross_hnd
     assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),

@@ -49,6 +49,8 @@ ATTENTION = [
     pytest.param("float16", "flashinfer/flashinfer_hnd", "fp8", marks=needs_flashinfer),
     pytest.param("float16", "flashinfer/triton_hnd", "fp8", marks=needs_flashinfer),
     pytest.param("bfloat16", "flashinfer/triton_hnd", "auto", marks=needs_flashinfer),
+    pytest.param("float16", "triton/triton_hnd", "fp8", marks=needs_flashinfer),
+    pytest.param("bfloat16", "triton/flashinfer_hnd", "auto", marks=needs_flashinfer),
 ]
 
 
@@ -156,9 +158,11 @@ def test_fused_greedy_step_transcribes_like_the_tensor_rules(tiny_en_dir, uttera
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])
 @pytest.mark.parametrize("cross_hnd", [False, True])
-def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd) -> None:
-    """FlashInfer's ragged self-attention and paged cross-attention (model dtype and fp8) equal the
-    SDPA reference over the same static caches, inside and outside a CUDA graph."""
+@pytest.mark.parametrize("self_kernel", ["flashinfer", "triton"])
+def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd, self_kernel) -> None:
+    """FlashInfer's (or the Triton kernel's) ragged self-attention and FlashInfer's paged
+    cross-attention (model dtype and fp8) equal the SDPA reference over the same static caches,
+    inside and outside a CUDA graph."""
     from batchscribe.model.attention import SdpaBackend
     from batchscribe.model.dims import ModelDims
     from batchscribe.model.flashinfer_backend import FlashInferBackend
@@ -176,7 +180,7 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd) -> None
         q = torch.randn(n_rows, n_head, 64, device="cuda", dtype=dtype)
         positions = torch.randint(0, 448, (n_rows,), device="cuda")
         positions[0] = 0  # a row that sees only its own token
-        fi, ref = FlashInferBackend(cache, dtype), SdpaBackend(cross_hnd=cross_hnd)
+        fi, ref = FlashInferBackend(cache, dtype, self_kernel=self_kernel), SdpaBackend(cross_hnd=cross_hnd)
         fi.prepare(n_rows)
         out_self = torch.empty_like(q)
         out_cross = torch.empty_like(q)
@@ -246,7 +250,8 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     sdpa = _tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
-    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd", "flashinfer/triton_hnd"):
+    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd", "flashinfer/triton_hnd",
+                      "triton/triton_hnd"):  # fmt: skip
         flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
         flash = _tokens(flash_t.transcribe(utterances))
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"
@@ -255,12 +260,13 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
 
 
 @needs_flashinfer
-def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utterances) -> None:
-    """The Triton cross kernel skips rows whose running flag is off (the default, under graphs); an
+@pytest.mark.parametrize("attention", ["flashinfer/triton_hnd", "triton/triton_hnd"])
+def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utterances, attention) -> None:
+    """The Triton kernels skip rows whose running flag is off (the default, under graphs); an
     eager engine with the skipping off computes every row: the same tokens."""
     from batchscribe.api import Transcriber
 
-    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,), attention="flashinfer/triton_hnd")
+    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,), attention=attention)
     skipping_t = Transcriber(str(tiny_en_dir), **kw)
     skipping = _tokens(skipping_t.transcribe(utterances))
     assert next(iter(skipping_t._engines.values())).decoder.backend.live_rows is not None

@@ -17,7 +17,7 @@ from batchscribe.model.whisper import DecoderCache
 
 # "flashinfer_hnd": FlashInfer over a heads-first cross cache (see flashinfer_backend); "triton_hnd":
 # model/triton_cross's kernel over that cache.
-KERNELS = {"self": ("sdpa", "flashinfer"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd", "triton_hnd")}
+KERNELS = {"self": ("sdpa", "flashinfer", "triton"), "cross": ("sdpa", "flashinfer", "flashinfer_hnd", "triton_hnd")}
 HND = ("flashinfer_hnd", "triton_hnd")
 
 
@@ -25,7 +25,7 @@ HND = ("flashinfer_hnd", "triton_hnd")
 class AttentionKinds:
     """Which kernels run each attention kind, and the cross-attention cache's dtype."""
 
-    self_attention: str = "sdpa"  # "sdpa" | "flashinfer"
+    self_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "triton"
     cross_attention: str = "sdpa"  # "sdpa" | "flashinfer" | "flashinfer_hnd" | "triton_hnd"
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
 
@@ -89,4 +89,4 @@ class AttentionKinds:
         from batchscribe.model.flashinfer_backend import FlashInferBackend
 
         cross = {"sdpa": "sdpa", "triton_hnd": "triton"}.get(self.cross_attention, "flashinfer")
-        return FlashInferBackend(cache, q_dtype, use_self=self.self_attention == "flashinfer", cross=cross)
+        return FlashInferBackend(cache, q_dtype, self_kernel=self.self_attention, cross=cross)

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from batchscribe.model import triton_cross
+from batchscribe.model import triton_cross, triton_self
 from batchscribe.model.attention import SdpaBackend
 from batchscribe.model.whisper import DecoderCache
 
@@ -56,15 +56,15 @@ class _Planned:
 
 
 class FlashInferBackend:
-    """AttentionBackend on FlashInfer; `use_self` picks it for self-attention and `cross` names the
-    cross-attention kernel ("flashinfer", "triton" or "sdpa"); SDPA runs what FlashInfer does not, so
-    each kind can use whichever measured faster."""
+    """The GPU's AttentionBackend: `self_kernel` names the self-attention kernel and `cross` the
+    cross-attention one, each "flashinfer", "triton" or "sdpa", so each kind can use whichever
+    measured faster."""
 
     def __init__(
         self,
         cache: DecoderCache,
         q_dtype: torch.dtype,
-        use_self: bool = True,
+        self_kernel: str = "flashinfer",
         cross: str = "flashinfer",
     ):
         try:
@@ -86,17 +86,23 @@ class FlashInferBackend:
         self.cross_hnd = cache.cross_hnd
         if cross == "triton" and not (self.cross_hnd and triton_cross.triton_available()):
             raise FlashInferUnavailable("the triton cross kernel needs an HND cross cache and the triton package")
-        self.use_self, self.cross = use_self, cross
+        if self_kernel not in ("flashinfer", "triton", "sdpa"):
+            raise ValueError(f"self_kernel={self_kernel!r}; use 'flashinfer', 'triton' or 'sdpa'")
+        if self_kernel == "triton" and not triton_cross.triton_available():
+            raise FlashInferUnavailable("the triton self-attention kernel needs the triton package")
+        self.self_kernel, self.cross = self_kernel, cross
+        self._lengths: torch.Tensor | None = None  # [B] this step's positions + 1 (Triton self kernel)
         self.n_audio_ctx = cache.cross_k[0].shape[2 if self.cross_hnd else 1]
         if self.n_audio_ctx % CROSS_PAGE:
             raise ValueError(f"n_audio_ctx={self.n_audio_ctx} is not a multiple of CROSS_PAGE={CROSS_PAGE}")
         self.self_dtype, self.cross_dtype = k.dtype, cache.cross_k[0].dtype
         self._probe_cache = cache.cross_k[0]  # any layer's cross cache: compiles the Triton kernel
+        self._probe_self = k  # and a self cache, for the Triton self kernel
         self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self._self: dict[int, _Planned] = {}
         self._cross: dict[int, _Planned] = {}  # FlashInfer cross wrappers per bucket
-        self._compiled: set[tuple[int, bool]] = set()  # (bucket, skips rows) the Triton kernel was compiled for
-        # [n_slots] bool, the decoder's running flags: rows the Triton cross kernel must compute (the
+        self._compiled: set[tuple[str, int, bool]] = set()  # (kernel, bucket, skips rows) compiled
+        # [n_slots] bool, the decoder's running flags: rows the Triton kernels must compute (the
         # others are inert, their outputs unused); None: every row.
         self.live_rows: torch.Tensor | None = None
         self._sdpa = SdpaBackend(cross_hnd=self.cross_hnd)
@@ -126,14 +132,19 @@ class FlashInferBackend:
 
     def prepare(self, n_rows: int) -> None:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
-        if self.use_self and n_rows not in self._self:
+        skips = self.live_rows is not None
+        q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
+        if self.self_kernel == "flashinfer" and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
-        if self.cross == "triton" and (n_rows, self.live_rows is not None) not in self._compiled:
+        elif self.self_kernel == "triton" and ("self", n_rows, skips) not in self._compiled:
             # Compile (and load) the kernel for this shape now: never inside a capture.
-            q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
+            k, ones = self._probe_self, torch.ones(n_rows, dtype=torch.long, device=self.device)
+            triton_self.self_attention(q, k, k, ones, live=self.live_rows)
+            self._compiled.add(("self", n_rows, skips))
+        if self.cross == "triton" and ("cross", n_rows, skips) not in self._compiled:
             k = self._probe_cache
             triton_cross.cross_attention(q, k, k, live=self.live_rows)
-            self._compiled.add((n_rows, self.live_rows is not None))
+            self._compiled.add(("cross", n_rows, skips))
         elif self.cross == "flashinfer" and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
                 self._cross[n_rows] = self._plan(n_rows, 1, self.n_audio_ctx, self.cross_dtype, "HND")
@@ -148,12 +159,16 @@ class FlashInferBackend:
             raise ValueError("FlashInferBackend steps rows [0, B) as slots [0, B); slots must be None")
         n_rows = positions.shape[0]
         self.prepare(n_rows)  # a no-op once planned (the graph runner plans every bucket up front)
-        if self.use_self:
+        if self.self_kernel == "flashinfer":
             self._self[n_rows].last_page_len.copy_(positions + 1)  # attends to 0..position
+        elif self.self_kernel == "triton":
+            self._lengths = positions + 1  # [B]; under capture, a buffer of the graph's pool
 
     def self_attention(self, q, k_cache, v_cache, slots, positions, kv_len):
-        if not self.use_self:
+        if self.self_kernel == "sdpa":
             return self._sdpa.self_attention(q, k_cache, v_cache, slots, positions, kv_len)
+        if self.self_kernel == "triton":  # rows [0, B) are slots [0, B): begin_step refused anything else
+            return triton_self.self_attention(q, k_cache, v_cache, self._lengths, live=self.live_rows)
         return self._self[q.shape[0]].wrapper.run(q, (k_cache, v_cache))  # [B, n_head, head_dim]
 
     def cross_attention(self, q, k_cache, v_cache, slots):

@@ -1,0 +1,96 @@
+"""Decoder self-attention of one query per row over that row's own length, as a Triton kernel.
+
+The self-attention cache is `[n_slots, n_text_ctx, n_head, head_dim]` per layer (DecoderCache), and
+row i of a step is slot i. Each (row, head) program reads positions 0..position of its slot (its
+head's 64-value pieces, strided by n_head * head_dim) with an online softmax in fp32, looping only as
+far as that row's length: a large-v3 step at 512 rows and ~70 positions reads ~180 MB per layer, and
+the loop stops there instead of at the cache's 448.
+
+Given the decoder's `running` flags, finished and free rows (which keep their last position until
+the slot is reused) read one position: finite, unused. Nothing here syncs with the host or allocates
+outside the caller's stream, so a step that calls it can be captured in a CUDA graph once it has run
+eagerly for that batch size (FlashInferBackend.prepare does).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from batchscribe.model.triton_cross import LOG2E, triton_available
+
+if triton_available():
+    import triton
+    import triton.language as tl
+
+
+@dataclass(frozen=True)
+class SelfConfig:
+    """Launch shape (benchmarks/self_kernels.py measures the alternatives on the GPU)."""
+
+    block_n: int = 64  # positions per loop iteration
+    num_warps: int = 4
+
+
+if triton_available():
+
+    @triton.jit
+    def _self_decode(
+        Q, K, V, O, Lengths, Live,
+        stride_qb, stride_qh, stride_kb, stride_kn, stride_kh, stride_ob, stride_oh,
+        scale,
+        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LIVE: tl.constexpr,
+    ):  # fmt: skip
+        row = tl.program_id(0)
+        head = tl.program_id(1)
+        d = tl.arange(0, HEAD_DIM)
+        q = tl.load(Q + row * stride_qb + head * stride_qh + d).to(tl.float32) * scale  # [D], log2 units
+        length = tl.load(Lengths + row).to(tl.int32)  # >= 1: the new token's K/V is written first
+        if HAS_LIVE:
+            length = tl.where(tl.load(Live + row).to(tl.int32) != 0, length, 1)
+        base = row.to(tl.int64) * stride_kb + head * stride_kh
+        m_i = tl.full([], float("-inf"), tl.float32)
+        l_i = tl.zeros([], tl.float32)
+        acc = tl.zeros([HEAD_DIM], tl.float32)
+        # The first block always holds position 0, so m_i is finite from then on (no 0 / 0).
+        for n0 in range(0, length, BLOCK_N):
+            n = n0 + tl.arange(0, BLOCK_N)
+            live = n < length
+            offs = base + n[:, None].to(tl.int64) * stride_kn + d[None, :]  # [BLOCK_N, D]
+            k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
+            s = tl.where(live, tl.sum(k * q[None, :], 1), float("-inf"))  # [BLOCK_N]
+            m_new = tl.maximum(m_i, tl.max(s, 0))
+            alpha = tl.exp2(m_i - m_new)
+            p = tl.exp2(s - m_new)
+            v = tl.load(V + offs, mask=live[:, None], other=0.0).to(tl.float32)
+            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+            l_i = l_i * alpha + tl.sum(p, 0)
+            m_i = m_new
+        tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
+
+
+def self_attention(
+    q: torch.Tensor,  # [B, n_head, head_dim], fp16/bf16/fp32
+    k_cache: torch.Tensor,  # [n_slots >= B, n_text_ctx, n_head, head_dim], q's dtype
+    v_cache: torch.Tensor,  # same shape and strides as k_cache
+    lengths: torch.Tensor,  # [B] (any integer dtype, device): row i attends to positions [0, lengths[i])
+    config: SelfConfig = SelfConfig(),
+    live: torch.Tensor | None = None,  # [n_slots >= B] bool: rows whose output is used; None: all
+) -> torch.Tensor:  # [B, n_head, head_dim], q's dtype
+    """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's first lengths[i] positions. Rows
+    with `live[i]` False read one position and get a finite value nobody uses."""
+    if not triton_available():
+        raise RuntimeError("the triton self-attention kernel needs the triton package (it ships with CUDA torch)")
+    n_rows, n_head, head_dim = q.shape
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("K and V caches must share strides with contiguous head_dim")
+    out = torch.empty_like(q)
+    _self_decode[(n_rows, n_head)](
+        q, k_cache, v_cache, out, lengths, lengths if live is None else live,
+        q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        out.stride(0), out.stride(1), LOG2E / math.sqrt(head_dim),
+        HEAD_DIM=head_dim, BLOCK_N=config.block_n, HAS_LIVE=live is not None, num_warps=config.num_warps,
+    )  # fmt: skip
+    return out
