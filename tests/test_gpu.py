@@ -51,6 +51,7 @@ ATTENTION = [
     pytest.param("bfloat16", "flashinfer/triton_hnd", "auto", marks=needs_flashinfer),
     pytest.param("float16", "triton/triton_hnd", "fp8", marks=needs_flashinfer),
     pytest.param("bfloat16", "triton/flashinfer_hnd", "auto", marks=needs_flashinfer),
+    pytest.param("float16", "auto", "auto", marks=needs_flashinfer),  # the default: whatever auto picks
 ]
 
 

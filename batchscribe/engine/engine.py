@@ -145,7 +145,7 @@ class Engine:
     ) -> SlotDecoder:
         """Allocate the slots (and capture their graphs); out of memory, halve the slots and retry."""
         kv_buckets = default_kv_buckets(model.dims.n_text_ctx) if device.type == "cuda" else ()
-        if self.attention.self_attention == "flashinfer":
+        if self.attention.self_attention in ("flashinfer", "triton"):
             kv_buckets = (model.dims.n_text_ctx,)  # ragged lengths are native: one graph per bucket
         while True:
             try:

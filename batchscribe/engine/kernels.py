@@ -3,7 +3,8 @@
 Each attention kind (self-attention over the ragged per-slot caches, cross-attention over the
 encoder frames) gets its own kernel, picked by measurement (docs/GPU_NOTES.md): SDPA is the reference
 and the CPU path; FlashInfer's paged decode kernels (cross-attention over a heads-first cache) are
-the GPU default when installed.
+the GPU default when installed, with Triton kernels (model/triton_self, model/triton_cross) where
+they measured faster.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ class AttentionKinds:
     def resolve(cls, attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> "AttentionKinds":
         """EngineOptions' names -> kernels. `attention` is "auto", one kernel for both kinds, or
         "SELF/CROSS" (e.g. "flashinfer/sdpa"). "auto" on CUDA in fp16/bf16 with FlashInfer
-        installed: FlashInfer for self-attention (ragged lengths, 2.2x faster than masked SDPA on
-        the H200) and over the heads-first cross cache (a large-v3 step at 256 rows: 15.5 ms
+        installed: the Triton self-attention kernel (ragged lengths; at 512 rows and ~70 positions
+        60 us per large-v3 layer against FlashInfer's 92 and masked SDPA's 320; FlashInfer where
+        triton is missing) and FlashInfer over the heads-first cross cache (a large-v3 step at 256 rows: 15.5 ms
         against 19.4 ms over the frames-first one); with an fp8 cache, the Triton kernel over it
         (3.9-4.0 TB/s against FlashInfer's 3.2-3.3; in bf16 it was 5 % slower, so not there).
         Figures in docs/GPU_NOTES.md. SDPA everywhere else (CPU, float32)."""
@@ -52,7 +54,8 @@ class AttentionKinds:
 
             fast = device.type == "cuda" and half and flashinfer_available()
             cross_fast = "triton_hnd" if cross_kv == "fp8" and triton_available() else "flashinfer_hnd"
-            self_kind, cross_kind = ("flashinfer", cross_fast) if fast else ("sdpa", "sdpa")
+            self_fast = "triton" if triton_available() else "flashinfer"
+            self_kind, cross_kind = (self_fast, cross_fast) if fast else ("sdpa", "sdpa")
         else:
             self_kind, _, cross_kind = attention.partition("/")
             cross_kind = cross_kind or self_kind
