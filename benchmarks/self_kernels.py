@@ -67,6 +67,7 @@ def main() -> None:
     p.add_argument("--positions", nargs="+", default=["4", "68", "200", "440", "mixed"])
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--warps", type=int, nargs="+", default=[1, 2, 4, 8])
     args = p.parse_args()
     print(common.hardware(), "commit", common.commit())
     sdpa = SdpaBackend()
@@ -97,9 +98,14 @@ def main() -> None:
         print(f"== rows {rows} heads {args.heads} position {pos}: {gb * 1e3:.1f} MB per layer", flush=True)
         measure("flashinfer", flashinfer_self(q, ks, vs, positions))
         measure("sdpa", lambda i: sdpa.self_attention(q, ks[i], vs[i], None, positions, None))
-        for b, w in itertools.product((16, 32, 64, 128), (1, 2, 4, 8)):
-            cfg = triton_self.SelfConfig(block_n=b, num_warps=w)
-            measure(f"triton b{b} w{w}", lambda i, cfg=cfg: triton_self.self_attention(q, ks[i], vs[i], lengths, cfg))
+        # The default (which splits the positions of small batches), the same never splitting, then
+        # a sweep of launch shapes (split as the default would).
+        configs = {"triton default": triton_self.SelfConfig(), "triton no split": triton_self.SelfConfig(min_programs=1)}
+        for b, w in itertools.product((16, 32, 64, 128), args.warps):
+            configs[f"triton b{b} w{w}"] = triton_self.SelfConfig(block_n=b, num_warps=w)
+        for name, cfg in configs.items():
+            split = triton_self.split_for(rows, args.heads, N_CTX, cfg)
+            measure(f"{name} split{split}", lambda i, cfg=cfg: triton_self.self_attention(q, ks[i], vs[i], lengths, cfg))
         results.sort()
         print(f"  best: {results[0][1]} {results[0][0]:.1f} us; flashinfer "
               f"{next((us for us, n in results if n == 'flashinfer'), float('nan')):.1f} us", flush=True)  # fmt: skip

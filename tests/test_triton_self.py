@@ -1,6 +1,7 @@
 """The Triton self-attention kernel (model/triton_self) against SdpaBackend's masked reference, on
 the CPU through Triton's interpreter: per-row lengths (one position, part of a block, several
-blocks, the whole cache), rows beyond the batch untouched, and inert rows skipped. The GPU tests
+blocks, the whole cache), the positions split over programs and merged (splits past a row's length
+empty), rows beyond the batch untouched, and inert rows skipped. The GPU tests
 run the compiled kernel inside the engine."""
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ CHECK = textwrap.dedent(
     ref_backend = SdpaBackend()
     cases = [  # heads, cache positions, q/cache dtype, config, each row's position (attends to 0..position)
         (3, 448, torch.float32, ts.SelfConfig(), [0, 5, 63, 64, 130, 447]),
-        (2, 100, torch.float32, ts.SelfConfig(block_n=16), [99, 16, 15, 1]),
+        (2, 100, torch.float32, ts.SelfConfig(block_n=16, min_programs=1), [99, 16, 15, 1]),  # no split
         (2, 448, torch.bfloat16, ts.SelfConfig(), [3, 200, 447]),
         (1, 448, torch.float16, ts.SelfConfig(block_n=32, num_warps=2), [70]),
+        # Few rows: the positions split over programs (some splits past a row's length read nothing).
+        (2, 448, torch.float32, ts.SelfConfig(min_programs=64), [0, 70, 300, 447]),
+        (1, 448, torch.bfloat16, ts.SelfConfig(block_n=16, min_programs=1024), [5, 447]),
     ]
     for heads, n_ctx, dt, cfg, pos in cases:
         rows = len(pos)
@@ -46,7 +50,7 @@ CHECK = textwrap.dedent(
         torch.testing.assert_close(skipped[live[:rows]].float(), ref[live[:rows]], atol=tol, rtol=tol)
         one = ref_backend.self_attention(q.float(), k.float(), v.float(), None, torch.zeros_like(positions), None)
         torch.testing.assert_close(skipped[~live[:rows]].float(), one[~live[:rows]], atol=tol, rtol=tol)
-        print(heads, n_ctx, rows, flush=True)
+        print(heads, n_ctx, rows, ts.split_for(rows, heads, n_ctx, cfg), flush=True)
     """
 )
 
@@ -55,4 +59,6 @@ def test_triton_self_attention_matches_sdpa_in_the_interpreter() -> None:
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert len(done.stdout.splitlines()) == 4  # every case ran
+    splits = [int(line.split()[-1]) for line in done.stdout.splitlines()]
+    assert len(splits) == 6  # every case ran
+    assert splits[1] == 1 and splits[4] == 3 and splits[5] == 8  # the direct path and the split-and-merge one

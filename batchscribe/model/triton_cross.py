@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from batchscribe.model.triton_self import SelfConfig
 
 try:
     import triton
@@ -112,9 +116,9 @@ if triton is not None:
         tl.store(O + row * stride_ob + head * stride_oh + d, out.to(O.dtype.element_ty))
 
 
-def split_for(n_rows: int, n_head: int, n_ctx: int, config: CrossConfig) -> int:
-    """How many programs share one (row, head)'s frames: enough programs to fill the GPU, but each
-    split keeps at least two loop iterations."""
+def split_for(n_rows: int, n_head: int, n_ctx: int, config: CrossConfig | SelfConfig) -> int:
+    """How many programs share one (row, head)'s frames (or positions): enough programs to fill the
+    GPU, but each split keeps at least two loop iterations."""
     want = math.ceil(config.min_programs / (n_rows * n_head))
     most = max(1, n_ctx // (2 * config.block_n))
     return max(1, min(want, config.max_split, most))
@@ -154,8 +158,15 @@ def cross_attention(
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     if split > 1:
-        _cross_merge[(n_rows, n_head)](
-            acc, ml, out, out.stride(0), out.stride(1),
-            HEAD_DIM=head_dim, SPLIT=split, SPLIT_P2=triton.next_power_of_2(split), num_warps=1,
-        )  # fmt: skip
+        merge_splits(acc, ml, out, split)
     return out
+
+
+def merge_splits(acc: torch.Tensor, ml: torch.Tensor, out: torch.Tensor, split: int) -> None:
+    """Combine the partial softmaxes of `split` programs per (row, head) into out [B, H, D].
+    acc: [B, H, split, D] float32 unnormalised outputs; ml: [B, H, split, 2] float32 (max, sum)."""
+    n_rows, n_head, head_dim = out.shape
+    _cross_merge[(n_rows, n_head)](
+        acc, ml, out, out.stride(0), out.stride(1),
+        HEAD_DIM=head_dim, SPLIT=split, SPLIT_P2=triton.next_power_of_2(split), num_warps=1,
+    )  # fmt: skip

@@ -4,7 +4,9 @@ The self-attention cache is `[n_slots, n_text_ctx, n_head, head_dim]` per layer 
 row i of a step is slot i. Each (row, head) program reads positions 0..position of its slot (its
 head's 64-value pieces, strided by n_head * head_dim) with an online softmax in fp32, looping only as
 far as that row's length: a large-v3 step at 512 rows and ~70 positions reads ~180 MB per layer, and
-the loop stops there instead of at the cache's 448.
+the loop stops there instead of at the cache's 448. Small batches split the positions over several
+programs (flash-decoding; a split past a row's length reads nothing) and `triton_cross`'s merge
+kernel combines the partial softmaxes, so a few rows with long lengths still spread over the SMs.
 
 Given the decoder's `running` flags, finished and free rows (which keep their last position until
 the slot is reused) read one position: finite, unused. Nothing here syncs with the host or allocates
@@ -19,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from batchscribe.model.triton_cross import LOG2E, triton_available
+from batchscribe.model import triton_cross
+from batchscribe.model.triton_cross import LOG2E, split_for, triton_available
 
 if triton_available():
     import triton
@@ -30,37 +33,44 @@ if triton_available():
 class SelfConfig:
     """Launch shape, chosen by measurement on the H200 (benchmarks/self_kernels.py, under CUDA graphs;
     docs/GPU_NOTES.md): one warp per (row, head) with 64-position blocks. At 512 rows and ~70
-    positions it takes 60 us per layer against FlashInfer's 92 (4 warps: 92), within 5 % of FlashInfer
-    at 200-440, but ~2x slower on a few rows with long mixed lengths (no split over positions)."""
+    positions it takes 60 us per layer against FlashInfer's 92 (4 warps: 92), and within 5 % of
+    FlashInfer at 200-440 positions. Splitting is for the few-row buckets (see split_for)."""
 
     block_n: int = 64  # positions per loop iteration
     num_warps: int = 1
+    min_programs: int = 1024  # split the positions until rows x heads x splits reaches this
+    max_split: int = 8
 
 
 if triton_available():
 
     @triton.jit
-    def _self_decode(
-        Q, K, V, O, Lengths, Live,
+    def _self_partial(
+        Q, K, V, O, Acc, ML, Lengths, Live,
         stride_qb, stride_qh, stride_kb, stride_kn, stride_kh, stride_ob, stride_oh,
         scale,
-        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, HAS_LIVE: tl.constexpr,
+        HEAD_DIM: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT: tl.constexpr, CHUNK: tl.constexpr,
+        HAS_LIVE: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0)
         head = tl.program_id(1)
+        part = tl.program_id(2)
         d = tl.arange(0, HEAD_DIM)
         q = tl.load(Q + row * stride_qb + head * stride_qh + d).to(tl.float32) * scale  # [D], log2 units
         length = tl.load(Lengths + row).to(tl.int32)  # >= 1: the new token's K/V is written first
         if HAS_LIVE:
             length = tl.where(tl.load(Live + row).to(tl.int32) != 0, length, 1)
         base = row.to(tl.int64) * stride_kb + head * stride_kh
+        start = part * CHUNK
+        stop = tl.minimum(start + CHUNK, length)  # <= start: this split reads nothing
         m_i = tl.full([], float("-inf"), tl.float32)
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HEAD_DIM], tl.float32)
-        # The first block always holds position 0, so m_i is finite from then on (no 0 / 0).
-        for n0 in range(0, length, BLOCK_N):
+        # A split's first block holds a live position whenever the loop runs, so m_i is finite after
+        # it (no 0 / 0); split 0 always runs (length >= 1), so the merge has a finite maximum.
+        for n0 in range(start, stop, BLOCK_N):
             n = n0 + tl.arange(0, BLOCK_N)
-            live = n < length
+            live = n < stop
             offs = base + n[:, None].to(tl.int64) * stride_kn + d[None, :]  # [BLOCK_N, D]
             k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
             s = tl.where(live, tl.sum(k * q[None, :], 1), float("-inf"))  # [BLOCK_N]
@@ -71,7 +81,13 @@ if triton_available():
             acc = acc * alpha + tl.sum(p[:, None] * v, 0)
             l_i = l_i * alpha + tl.sum(p, 0)
             m_i = m_new
-        tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
+        if SPLIT == 1:
+            tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
+        else:  # the layout triton_cross's merge reads; an empty split leaves m = -inf, l = 0: weight 0
+            slot = (row * tl.num_programs(1) + head) * SPLIT + part
+            tl.store(Acc + slot * HEAD_DIM + d, acc)
+            tl.store(ML + slot * 2, m_i)
+            tl.store(ML + slot * 2 + 1, l_i)
 
 
 def self_attention(
@@ -87,13 +103,26 @@ def self_attention(
     if not triton_available():
         raise RuntimeError("the triton self-attention kernel needs the triton package (it ships with CUDA torch)")
     n_rows, n_head, head_dim = q.shape
+    n_ctx = k_cache.shape[1]
     if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
         raise ValueError("K and V caches must share strides with contiguous head_dim")
     out = torch.empty_like(q)
-    _self_decode[(n_rows, n_head)](
-        q, k_cache, v_cache, out, lengths, lengths if live is None else live,
+    # Splits by the cache's length (lengths stay on the device: no sync, one graph per bucket).
+    split = split_for(n_rows, n_head, n_ctx, config)
+    chunk = math.ceil(math.ceil(n_ctx / split) / config.block_n) * config.block_n
+    split = math.ceil(n_ctx / chunk)
+    if split > 1:
+        acc = torch.empty((n_rows, n_head, split, head_dim), dtype=torch.float32, device=q.device)
+        ml = torch.empty((n_rows, n_head, split, 2), dtype=torch.float32, device=q.device)
+    else:
+        acc = ml = out  # unused by the kernel when SPLIT == 1
+    _self_partial[(n_rows, n_head, split)](
+        q, k_cache, v_cache, out, acc, ml, lengths, lengths if live is None else live,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         out.stride(0), out.stride(1), LOG2E / math.sqrt(head_dim),
-        HEAD_DIM=head_dim, BLOCK_N=config.block_n, HAS_LIVE=live is not None, num_warps=config.num_warps,
+        HEAD_DIM=head_dim, BLOCK_N=config.block_n, SPLIT=split, CHUNK=chunk, HAS_LIVE=live is not None,
+        num_warps=config.num_warps,
     )  # fmt: skip
+    if split > 1:
+        triton_cross.merge_splits(acc, ml, out, split)
     return out
