@@ -32,11 +32,12 @@ if triton_available():
 @dataclass(frozen=True)
 class SelfConfig:
     """Launch shape, chosen by measurement on the H200 (benchmarks/self_kernels.py, under CUDA graphs;
-    docs/GPU_NOTES.md): one warp per (row, head) with 64-position blocks. At 512 rows and ~70
-    positions it takes 60 us per layer against FlashInfer's 92 (4 warps: 92), and within 5 % of
-    FlashInfer at 200-440 positions. Splitting is for the few-row buckets (see split_for)."""
+    docs/GPU_NOTES.md): one warp per (row, head) with 32-position blocks. Per large-v3 layer at 512
+    rows: 50 us at ~70 positions against FlashInfer's 92 (64-position blocks: 63, 4 warps: 92),
+    127-269 against 137-272 at 200-440; at 8 rows (split 7) 6-10 us against 8-12. Slower than
+    FlashInfer only for 64 rows of mixed lengths up to 448 (37 against 25)."""
 
-    block_n: int = 64  # positions per loop iteration
+    block_n: int = 32  # positions per loop iteration
     num_warps: int = 1
     min_programs: int = 1024  # split the positions until rows x heads x splits reaches this
     max_split: int = 8
