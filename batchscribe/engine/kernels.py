@@ -41,9 +41,9 @@ class AttentionKinds:
         "SELF/CROSS" (e.g. "flashinfer/sdpa"). "auto" on CUDA in fp16/bf16 with FlashInfer
         installed: the Triton self-attention kernel (ragged lengths; at 512 rows and ~70 positions
         50 us per large-v3 layer against FlashInfer's 92 and masked SDPA's 320; FlashInfer where
-        triton is missing) and FlashInfer over the heads-first cross cache (a large-v3 step at 256 rows: 15.5 ms
-        against 19.4 ms over the frames-first one); with an fp8 cache, the Triton kernel over it
-        (3.9-4.0 TB/s against FlashInfer's 3.2-3.3; in bf16 it was 5 % slower, so not there).
+        triton is missing) and FlashInfer over the heads-first cross cache (a large-v3 step at 256
+        rows: 15.5 ms against 19.4 ms over the frames-first one); with an fp8 cache, the Triton
+        kernel over it (3.9-4.0 TB/s against FlashInfer's 3.2-3.3; in bf16 it was 5 % slower).
         Figures in docs/GPU_NOTES.md. SDPA everywhere else (CPU, float32)."""
         if cross_kv not in ("auto", "fp8"):
             raise ValueError(f"cross_kv={cross_kv!r}; use 'auto' (the model's dtype) or 'fp8'")

@@ -133,17 +133,22 @@ class FlashInferBackend:
     def prepare(self, n_rows: int) -> None:
         """Plan this batch size's wrappers (host work and copies: never inside a graph capture)."""
         skips = self.live_rows is not None
-        q = torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
+
+        def zeros() -> torch.Tensor:
+            """Queries to compile with, made only when a kernel is compiled: begin_step calls
+            prepare every step, captured steps included, where it must add nothing."""
+            return torch.zeros((n_rows, self.n_head, self.head_dim), dtype=self.q_dtype, device=self.device)
+
         if self.self_kernel == "flashinfer" and n_rows not in self._self:
             self._self[n_rows] = self._plan(n_rows, 1, self.n_ctx, self.self_dtype)
         elif self.self_kernel == "triton" and ("self", n_rows, skips) not in self._compiled:
             # Compile (and load) the kernel for this shape now: never inside a capture.
             k, ones = self._probe_self, torch.ones(n_rows, dtype=torch.long, device=self.device)
-            triton_self.self_attention(q, k, k, ones, live=self.live_rows)
+            triton_self.self_attention(zeros(), k, k, ones, live=self.live_rows)
             self._compiled.add(("self", n_rows, skips))
         if self.cross == "triton" and ("cross", n_rows, skips) not in self._compiled:
             k = self._probe_cache
-            triton_cross.cross_attention(q, k, k, live=self.live_rows)
+            triton_cross.cross_attention(zeros(), k, k, live=self.live_rows)
             self._compiled.add(("cross", n_rows, skips))
         elif self.cross == "flashinfer" and n_rows not in self._cross:
             if self.cross_hnd:  # one page per slot: [n_slots, n_head, n_audio_ctx, head_dim]
