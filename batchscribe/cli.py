@@ -185,7 +185,7 @@ def run_command(
     dtype: Annotated[DType | None, typer.Option(help="Default: float16 on CUDA, float32 on CPU.",
                                                 show_default=False)] = None,
     batch_size: Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the CPU, sized from free memory on CUDA (up to 256).")] = None,
-    attention: Annotated[str, typer.Option(help="Attention kernels: auto (FlashInfer on CUDA when installed, else SDPA), sdpa, flashinfer, or SELF/CROSS such as flashinfer/sdpa.")] = "auto",
+    attention: Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA with the gpu extra: Triton self-attention, FlashInfer or Triton cross-attention; else SDPA), sdpa, flashinfer, or SELF/CROSS such as triton/flashinfer_hnd (self: sdpa, flashinfer, triton; cross: sdpa, flashinfer, flashinfer_hnd, triton_hnd).")] = "auto",
     cross_kv: Annotated[CrossKV, typer.Option(help="Cross-attention K/V storage: auto (the model's dtype) or fp8 (half the bytes per decode step; GPU).")] = "auto",
     language: Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.",
                                                  show_default=False)] = None,

@@ -64,7 +64,8 @@ class EngineOptions:
     dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
     batch_size: int | None = None  # decoder slots; None: 16 on the CPU, sized from memory on CUDA
     cuda_graphs: bool = True
-    # Attention kernels: "auto", "sdpa", "flashinfer", or "SELF/CROSS" (e.g. "flashinfer/sdpa").
+    # Attention kernels: "auto", "sdpa", "flashinfer", or "SELF/CROSS" (e.g. "triton/flashinfer_hnd";
+    # engine/kernels.py lists the kernels of each kind).
     attention: str = "auto"
     # Cross-attention K/V storage: "auto" keeps the model's dtype; "fp8" (e4m3) halves the bytes each
     # decode step reads (the bulk of a large model's step) at a small accuracy cost.
