@@ -55,6 +55,36 @@ class CrossConfig:
 if triton is not None:
 
     @triton.jit
+    def online_softmax_block(K, V, offs, live, q, m_i, l_i, acc):
+        """One block of an online softmax (shared with triton_self): the keys and values at `offs`
+        ([N, D] offsets) where `live` ([N]), against q ([D], fp32, log2 units). Returns the running
+        maximum, sum and unnormalised output [D], updated."""
+        k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
+        s = tl.where(live, tl.sum(k * q[None, :], 1), float("-inf"))  # [N]
+        m_new = tl.maximum(m_i, tl.max(s, 0))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new)
+        v = tl.load(V + offs, mask=live[:, None], other=0.0).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * v, 0)
+        l_i = l_i * alpha + tl.sum(p, 0)
+        return m_new, l_i, acc
+
+    @triton.jit
+    def store_partial(O, Acc, ML, row, head, part, m_i, l_i, acc, stride_ob, stride_oh,
+                      HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
+        """A program's result (shared with triton_self): the output when it saw the whole row,
+        else its partial softmax in the layout `_cross_merge` reads ([B, H, SPLIT, D] and
+        [B, H, SPLIT, 2]; a split that saw nothing leaves m = -inf, l = 0: weight 0)."""
+        d = tl.arange(0, HEAD_DIM)
+        if SPLIT == 1:
+            tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
+        else:
+            slot = (row * tl.num_programs(1) + head) * SPLIT + part
+            tl.store(Acc + slot * HEAD_DIM + d, acc)
+            tl.store(ML + slot * 2, m_i)
+            tl.store(ML + slot * 2 + 1, l_i)
+
+    @triton.jit
     def _cross_partial(
         Q, K, V, O, Acc, ML, Live,
         stride_qb, stride_qh, stride_kb, stride_kh, stride_kn, stride_ob, stride_oh,
@@ -80,22 +110,8 @@ if triton is not None:
             n = start + n0 + tl.arange(0, BLOCK_N)
             live = n < stop
             offs = base + n[:, None] * stride_kn + d[None, :]  # [BLOCK_N, D]
-            k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
-            s = tl.where(live, tl.sum(k * q[None, :], 1), float("-inf"))  # [BLOCK_N]
-            m_new = tl.maximum(m_i, tl.max(s, 0))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new)
-            v = tl.load(V + offs, mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-            l_i = l_i * alpha + tl.sum(p, 0)
-            m_i = m_new
-        if SPLIT == 1:
-            tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
-        else:
-            slot = (row * tl.num_programs(1) + head) * SPLIT + part
-            tl.store(Acc + slot * HEAD_DIM + d, acc)
-            tl.store(ML + slot * 2, m_i)
-            tl.store(ML + slot * 2 + 1, l_i)
+            m_i, l_i, acc = online_softmax_block(K, V, offs, live, q, m_i, l_i, acc)
+        store_partial(O, Acc, ML, row, head, part, m_i, l_i, acc, stride_ob, stride_oh, HEAD_DIM, SPLIT)
 
     @triton.jit
     def _cross_merge(

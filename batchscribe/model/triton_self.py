@@ -28,6 +28,8 @@ if triton_available():
     import triton
     import triton.language as tl
 
+    from batchscribe.model.triton_cross import online_softmax_block, store_partial
+
 
 @dataclass(frozen=True)
 class SelfConfig:
@@ -73,22 +75,8 @@ if triton_available():
             n = n0 + tl.arange(0, BLOCK_N)
             live = n < stop
             offs = base + n[:, None].to(tl.int64) * stride_kn + d[None, :]  # [BLOCK_N, D]
-            k = tl.load(K + offs, mask=live[:, None], other=0.0).to(tl.float32)
-            s = tl.where(live, tl.sum(k * q[None, :], 1), float("-inf"))  # [BLOCK_N]
-            m_new = tl.maximum(m_i, tl.max(s, 0))
-            alpha = tl.exp2(m_i - m_new)
-            p = tl.exp2(s - m_new)
-            v = tl.load(V + offs, mask=live[:, None], other=0.0).to(tl.float32)
-            acc = acc * alpha + tl.sum(p[:, None] * v, 0)
-            l_i = l_i * alpha + tl.sum(p, 0)
-            m_i = m_new
-        if SPLIT == 1:
-            tl.store(O + row * stride_ob + head * stride_oh + d, (acc / l_i).to(O.dtype.element_ty))
-        else:  # the layout triton_cross's merge reads; an empty split leaves m = -inf, l = 0: weight 0
-            slot = (row * tl.num_programs(1) + head) * SPLIT + part
-            tl.store(Acc + slot * HEAD_DIM + d, acc)
-            tl.store(ML + slot * 2, m_i)
-            tl.store(ML + slot * 2 + 1, l_i)
+            m_i, l_i, acc = online_softmax_block(K, V, offs, live, q, m_i, l_i, acc)
+        store_partial(O, Acc, ML, row, head, part, m_i, l_i, acc, stride_ob, stride_oh, HEAD_DIM, SPLIT)
 
 
 def self_attention(
