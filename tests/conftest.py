@@ -1,8 +1,11 @@
-"""Shared fixtures: where ../shared/data is, and real converted models (skipped when unavailable)."""
+"""Shared fixtures: where ../shared/data is, real converted models (skipped when unavailable), and
+Triton's CPU interpreter."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +24,21 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"{SHARED_DATA} is absent (real speech data lives beside the checkout)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def triton_interpreter():
+    """Runs a script under Triton's CPU interpreter and returns its stdout lines, failing the test
+    with its stderr. A fresh process: TRITON_INTERPRET must be set before triton decorates the
+    kernels, and this one may already have imported them for real."""
+
+    def run(script: str) -> list[str]:
+        env = dict(os.environ, TRITON_INTERPRET="1")
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.splitlines()
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -4,17 +4,13 @@ GPU tests run the compiled kernel inside the engine."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 pytest.importorskip("triton")
 
-# TRITON_INTERPRET must be set before triton decorates the kernels, so the check runs in its own
-# interpreter (this process may already have imported them for real).
+# Run by the triton_interpreter fixture (conftest): a fresh process under TRITON_INTERPRET.
 CHECK = textwrap.dedent(
     """
     import torch, torch.nn.functional as F
@@ -49,11 +45,8 @@ CHECK = textwrap.dedent(
 )
 
 
-def test_triton_cross_attention_matches_sdpa_in_the_interpreter() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    splits = [int(line.split()[-1]) for line in done.stdout.splitlines()]
+def test_triton_cross_attention_matches_sdpa_in_the_interpreter(triton_interpreter) -> None:
+    splits = [int(line.split()[-1]) for line in triton_interpreter(CHECK)]
     assert splits[0] > 1 and splits[1] == 1 and splits[4] == 2  # the split-and-merge path and the direct one
 
 

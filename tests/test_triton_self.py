@@ -6,9 +6,6 @@ run the compiled kernel inside the engine."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -21,7 +18,7 @@ pytestmark = pytest.mark.skipif(
     reason=f"Triton {triton.__version__}'s interpreter cannot run a data-dependent loop bound (3.7+ can)",
 )
 
-# TRITON_INTERPRET must be set before triton decorates the kernels: the check runs in its own process.
+# Run by the triton_interpreter fixture (conftest): a fresh process under TRITON_INTERPRET.
 CHECK = textwrap.dedent(
     """
     import torch
@@ -61,10 +58,7 @@ CHECK = textwrap.dedent(
 )
 
 
-def test_triton_self_attention_matches_sdpa_in_the_interpreter() -> None:
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    done = subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    splits = [int(line.split()[-1]) for line in done.stdout.splitlines()]
+def test_triton_self_attention_matches_sdpa_in_the_interpreter(triton_interpreter) -> None:
+    splits = [int(line.split()[-1]) for line in triton_interpreter(CHECK)]
     assert len(splits) == 6  # every case ran
     assert splits[1] == 1 and splits[4] == 7 and splits[5] == 8  # the direct path and the split-and-merge one
