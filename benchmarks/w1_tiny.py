@@ -92,8 +92,8 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     if ahead is not None:
         engine.looks_before_admission = ahead
     engine.compact_tail = compact
-    arena = engine.decoder.arena
-    fallbacks = arena.fallbacks if arena is not None else 0
+    ring = engine.decoder.arena  # the pinned arena decode threads write into (None: packed)
+    fallbacks = ring.fallbacks if ring is not None else 0
     with tempfile.TemporaryDirectory() as out:
         common.sync()
         t0 = time.perf_counter()
@@ -109,10 +109,10 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
           "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
     # When, from run()'s call: the engine's stream starts, gets its first item, first and last
-    # admits, yields its last record.
-    # And items decoded into ordinary memory because the pinned ring was full (packed as before).
+    # admits, yields its last record; and how many items were decoded into ordinary memory because
+    # the pinned ring was full (packed as before).
     print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3),
-          "arena fallbacks", "-" if arena is None else arena.fallbacks - fallbacks)  # fmt: skip
+          "arena fallbacks", "-" if ring is None else ring.fallbacks - fallbacks)  # fmt: skip
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
