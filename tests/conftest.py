@@ -49,7 +49,7 @@ def model_cache() -> Path:
 
 
 def _resolve(name: str, cache: Path) -> Path:
-    from batchscribe.model.loading import ModelNotFoundError, resolve_model
+    from batchscribe.weights import ModelNotFoundError, resolve_model
 
     try:
         return resolve_model(name, cache_dir=cache)

@@ -330,7 +330,7 @@ def test_unknown_model_name_lists_the_aliases(tmp_path: Path) -> None:
 
 def test_model_file_with_wrong_sha256_is_refused(tiny_en_dir: Path, tmp_path: Path) -> None:
     """A corrupted install of the tiny.en weight package (one byte of model.bin flipped)."""
-    from batchscribe.model.loading import ALIASES, package_dirs
+    from batchscribe.weights.aliases import ALIASES, package_dirs
 
     installed = package_dirs(ALIASES["tiny.en"])
     if installed is None:

@@ -106,7 +106,7 @@ def test_demo_manifest_is_packaged() -> None:
 
 def _loading_available() -> bool:
     try:
-        import batchscribe.model.loading  # noqa: F401
+        import batchscribe.weights  # noqa: F401
     except ModuleNotFoundError:
         return False
     return True
@@ -114,7 +114,7 @@ def _loading_available() -> bool:
 
 @pytest.mark.skipif(not _loading_available(), reason="batchscribe.model.loading is not in the tree yet")
 def test_unknown_model_exit_2_lists_aliases(tmp_path: Path) -> None:
-    from batchscribe.model.loading import ALIASES
+    from batchscribe.weights.aliases import ALIASES
 
     result = runner.invoke(app, ["run", "--demo", "-o", str(tmp_path / "o"), "--model", "no-such-model"],
                            env={"COLUMNS": "400"})

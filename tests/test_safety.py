@@ -52,7 +52,7 @@ def test_pickle_only_checkpoint_is_refused_unopened(tmp_path: Path) -> None:
 
 
 def test_hub_downloads_never_fetch_pickles() -> None:
-    from batchscribe.model.loading import HUB_ALLOW_PATTERNS
+    from batchscribe.weights.resolve import HUB_ALLOW_PATTERNS
 
     for name in ("pytorch_model.bin", "model.pt", "model.ckpt", "pytorch_model-00001-of-00002.bin",
                  "flax_model.msgpack", "tf_model.h5"):

