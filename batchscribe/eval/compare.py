@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from batchscribe.eval import wer
 from batchscribe.eval.report import Item, Report
+from batchscribe.eval.wer import interval, paired_bootstrap_diffs
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,9 @@ def compare(report_a: Report, report_b: Report, *, name_a: str = "A", name_b: st
     wer_b = err_b.sum() / total if total else float("nan")
     ci = None
     if n_boot > 0 and total:
-        diffs = wer.paired_bootstrap_diffs(err_a, err_b, n_ref, n_boot, seed)
+        diffs = paired_bootstrap_diffs(err_a, err_b, n_ref, n_boot, seed)
         finite = diffs[np.isfinite(diffs)]
-        ci = wer.interval(finite) if finite.size else None
+        ci = interval(finite) if finite.size else None
     changes = [ItemChange(a.id, a.words.errors, b.words.errors, a.words.n_ref) for a, b in pairs]
     # biggest differences first: what a reader wants to look at
     wins_a = sorted((c for c in changes if c.errors_a < c.errors_b), key=lambda c: (c.errors_a - c.errors_b, c.id))

@@ -8,10 +8,10 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from batchscribe.eval import wer
 from batchscribe.eval.compare import Comparison
-from batchscribe.eval.render import GROUP_HEADER, comparison_rows, group_rows, pct, summary_rows
 from batchscribe.eval.report import GroupRow, Report
+from batchscribe.eval.tables import GROUP_HEADER, comparison_rows, group_rows, pct, summary_rows
+from batchscribe.eval.wer import aligned_lines
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222}
@@ -22,7 +22,6 @@ pre{background:#f7f7f7;padding:.6em;overflow-x:auto;font-size:.9em}.ids{font-fam
 .chart{margin:.5em 0 1em 0}
 """
 _BAR = "#4e79a7"
-_BAR_HI = "#e15759"
 
 
 def _short(label: str, width: int = 24) -> str:
@@ -37,13 +36,14 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, y_labe
     width, height, left, bottom, top = max(420, 46 * n + 90), 300, 60, 90, 34
     plot_w, plot_h = width - left - 20, height - top - bottom
     finite = [v for v in values if math.isfinite(v)]
-    vmax = max(finite, default=0.0) or 1.0
+    vmax = max(finite, default=0.0) or 1.0  # all zero or none finite: a unit axis, not a division by zero
     if not as_percent:  # counts: whole-number grid lines
         vmax = float(math.ceil(vmax / 4) * 4)
     slot = plot_w / n
     out = [f'<svg width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}" class="chart">',
-           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="bold">{escape(title)}</text>']
+           f'<text x="{width / 2}" y="20" text-anchor="middle" font-size="14" font-weight="bold">'
+           f'{escape(title)}</text>']
     for k in range(5):  # horizontal grid lines with axis labels
         v = vmax * k / 4
         y = top + plot_h - plot_h * k / 4
@@ -58,7 +58,8 @@ def bar_chart(labels: Sequence[str], values: Sequence[float], title: str, y_labe
                        f'height="{h:.1f}" fill="{_BAR}"><title>{escape(label)}: '
                        f'{pct(v) if as_percent else f"{v:g}"}</title></rect>')
         if annotations:
-            out.append(f'<text x="{x + slot / 2:.1f}" y="{top + plot_h - (plot_h * v / vmax if math.isfinite(v) else 0) - 4:.1f}" '
+            bar_top = top + plot_h - (plot_h * v / vmax if math.isfinite(v) else 0)
+            out.append(f'<text x="{x + slot / 2:.1f}" y="{bar_top - 4:.1f}" '
                        f'text-anchor="middle" font-size="10" fill="#555">{escape(annotations[i])}</text>')
         cx, cy = x + slot / 2, top + plot_h + 12
         out.append(f'<text x="{cx:.1f}" y="{cy:.1f}" font-size="11" text-anchor="end" '
@@ -115,9 +116,10 @@ def html_report(report: Report, comparison: Comparison | None = None) -> str:
     if worst:
         parts.append(f"<h2>Worst {len(worst)} items</h2>")
         for item in worst:
-            ref, hyp, ops = wer.aligned_lines(item.alignment)
+            ref, hyp, ops = aligned_lines(item.alignment)
             parts.append(f"<p><b>{escape(item.id)}</b>: WER {pct(item.wer)} ({item.words.errors} errors, "
-                         f"{escape(item.status)})</p><pre>REF: {escape(ref)}\nHYP: {escape(hyp)}\n     {escape(ops)}</pre>")
+                         f"{escape(item.status)})</p>"
+                         f"<pre>REF: {escape(ref)}\nHYP: {escape(hyp)}\n     {escape(ops)}</pre>")
     parts.append(_ids("Missing predictions (scored as all deletions)", report.missing))
     if report.errors:
         parts.append(f"<h2>Error records (scored as all deletions) ({len(report.errors)})</h2>"
@@ -127,6 +129,7 @@ def html_report(report: Report, comparison: Comparison | None = None) -> str:
     parts.append(_ids("Duplicate prediction ids (first record used)", report.duplicate_predictions))
     versions = ", ".join(f"{k} {v}" for k, v in report.versions.items() if v)
     parts.append(f"<p style='color:#777;font-size:.85em'>Normalizer {escape(report.settings.normalizer)}; "
-                 f"bootstrap {report.settings.bootstrap} resamples, seed {report.settings.seed}; {escape(versions)}</p>")
+                 f"bootstrap {report.settings.bootstrap} resamples, seed {report.settings.seed}; "
+                 f"{escape(versions)}</p>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>WER report</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from batchscribe.audio.sources import SourceError, SourceOptions, iter_source
-from batchscribe.output.writers import SUMMARY_NAME, read_shard
+from batchscribe.output.formats import read_shard
+from batchscribe.output.writers import SUMMARY_NAME
 
 SHARD_SUFFIXES = (".jsonl", ".parquet")
 

@@ -10,7 +10,7 @@ The state machine keeps one pending `value`: an int while the words still form a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from fractions import Fraction
 
 _ONES = ("one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
@@ -48,9 +48,10 @@ FOLLOWING_PREFIXERS = {"pound": "£", "pounds": "£", "euro": "€", "euros": "�
                        "dollar": "$", "dollars": "$", "cent": "¢", "cents": "¢"}
 PREFIX_SYMBOLS = frozenset({*PRECEDING_PREFIXERS.values(), *FOLLOWING_PREFIXERS.values()})
 SPECIALS = frozenset({"and", "double", "triple", "point"})
-NUMBER_WORDS = frozenset({*ZEROS, *ONES, *ONES_SUFFIXED, *TENS, *TENS_SUFFIXED, *MULTIPLIERS,
-                          *MULTIPLIERS_SUFFIXED, *PRECEDING_PREFIXERS, *FOLLOWING_PREFIXERS,
-                          "per", "percent", *SPECIALS})
+_CARDINAL_WORDS = frozenset({*ZEROS, *ONES, *ONES_SUFFIXED, *TENS, *TENS_SUFFIXED, *MULTIPLIERS,
+                             *MULTIPLIERS_SUFFIXED})
+NUMBER_WORDS = frozenset({*_CARDINAL_WORDS, *PRECEDING_PREFIXERS, *FOLLOWING_PREFIXERS, "per", "percent",
+                          *SPECIALS})
 
 _NUMERIC = re.compile(r"^\d+(\.\d+)?$")
 Value = int | str | None
@@ -164,51 +165,18 @@ class _State:
         if self.value is not None:
             yield self.emit(self.value)
 
-    def step(self, prev: str | None, cur: str, nxt: str | None) -> Iterator[str]:  # noqa: C901
+    def step(self, prev: str | None, cur: str, nxt: str | None) -> Generator[str, None, bool]:
         """Consume one word; the generator's return value says whether to skip the next word."""
-        next_numeric = nxt is not None and _NUMERIC.match(nxt) is not None
-        next_numberlike = nxt in NUMBER_WORDS or next_numeric
+        next_numberlike = nxt in NUMBER_WORDS or (nxt is not None and _NUMERIC.match(nxt) is not None)
         has_prefix = cur[0] in PREFIX_SYMBOLS
         bare = cur[1:] if has_prefix else cur
-
         if _NUMERIC.match(bare):  # digits, maybe with a sign/currency and a decimal part
-            if isinstance(self.value, str) and self.value.endswith("."):
-                self.value += cur  # "3 point 14", or IP-address-like runs
-                return False
-            yield from self.flush()
-            if has_prefix:
-                self.prefix = cur[0]
-            f = _fraction(bare)
-            assert f is not None
-            self.value = f.numerator if f.denominator == 1 else bare
+            yield from self._digits(cur, bare, has_prefix)
         elif cur not in NUMBER_WORDS:
             yield from self.flush()
             yield self.emit(cur)
-        elif cur in ZEROS:
-            self.value = f"{self.value or ''}0"
-        elif cur in ONES:
-            self.value = _add_ones(self.value, ONES[cur], prev)
-        elif cur in ONES_SUFFIXED:
-            ones, suffix = ONES_SUFFIXED[cur]
-            yield self.emit(f"{_add_ones(self.value, ones, prev)}{suffix}")
-        elif cur in TENS:
-            self.value = _add_tens(self.value, TENS[cur])
-        elif cur in TENS_SUFFIXED:
-            tens, suffix = TENS_SUFFIXED[cur]
-            yield self.emit(f"{_add_tens(self.value, tens)}{suffix}")
-        elif cur in MULTIPLIERS:
-            done, scaled = _scale(self.value, MULTIPLIERS[cur])
-            for item in done:
-                assert item is not None
-                yield self.emit(item)
-            self.value = scaled  # after emit(), which clears the pending value
-        elif cur in MULTIPLIERS_SUFFIXED:
-            multiplier, suffix = MULTIPLIERS_SUFFIXED[cur]
-            done, scaled = _scale(self.value, multiplier)
-            for item in done:
-                assert item is not None
-                yield self.emit(item)
-            yield self.emit(f"{scaled}{suffix}")
+        elif cur in _CARDINAL_WORDS:
+            yield from self._cardinal(prev, cur)
         elif cur in PRECEDING_PREFIXERS:  # "minus five" -> "-5", only before a number
             yield from self.flush()
             if next_numberlike:
@@ -227,7 +195,47 @@ class _State:
             return (yield from self._special(prev, cur, nxt, next_numberlike))
         return False
 
-    def _percent(self, cur: str, nxt: str | None) -> Iterator[str]:
+    def _digits(self, cur: str, bare: str, has_prefix: bool) -> Iterator[str]:
+        if isinstance(self.value, str) and self.value.endswith("."):
+            self.value += cur  # "3 point 14", or IP-address-like runs
+            return
+        yield from self.flush()
+        if has_prefix:
+            self.prefix = cur[0]
+        f = _fraction(bare)
+        assert f is not None
+        self.value = f.numerator if f.denominator == 1 else bare
+
+    def _cardinal(self, prev: str | None, cur: str) -> Iterator[str]:
+        """zero..nineteen, the tens and the multipliers, with their plural and ordinal forms."""
+        if cur in ZEROS:
+            self.value = f"{self.value or ''}0"
+        elif cur in ONES:
+            self.value = _add_ones(self.value, ONES[cur], prev)
+        elif cur in ONES_SUFFIXED:
+            ones, suffix = ONES_SUFFIXED[cur]
+            yield self.emit(f"{_add_ones(self.value, ones, prev)}{suffix}")
+        elif cur in TENS:
+            self.value = _add_tens(self.value, TENS[cur])
+        elif cur in TENS_SUFFIXED:
+            tens, suffix = TENS_SUFFIXED[cur]
+            yield self.emit(f"{_add_tens(self.value, tens)}{suffix}")
+        elif cur in MULTIPLIERS:
+            scaled = yield from self._apply_scale(MULTIPLIERS[cur])
+            self.value = scaled  # after emit(), which clears the pending value
+        else:
+            multiplier, suffix = MULTIPLIERS_SUFFIXED[cur]
+            scaled = yield from self._apply_scale(multiplier)
+            yield self.emit(f"{scaled}{suffix}")
+
+    def _apply_scale(self, multiplier: int) -> Generator[str, None, int | str]:
+        done, scaled = _scale(self.value, multiplier)
+        for item in done:
+            assert item is not None
+            yield self.emit(item)
+        return scaled
+
+    def _percent(self, cur: str, nxt: str | None) -> Generator[str, None, bool]:
         if self.value is None:
             yield self.emit(cur)
         elif cur == "percent":
@@ -240,7 +248,8 @@ class _State:
             yield self.emit(cur)
         return False
 
-    def _special(self, prev: str | None, cur: str, nxt: str | None, next_numberlike: bool) -> Iterator[str]:
+    def _special(self, prev: str | None, cur: str, nxt: str | None,
+                 next_numberlike: bool) -> Generator[str, None, bool]:
         """"and", "double", "triple", "point": numeric only when a number word follows."""
         if not next_numberlike:
             yield from self.flush()

@@ -9,16 +9,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from batchscribe.eval import wer
 from batchscribe.eval.inputs import Predictions, Reference, load_predictions, load_references, references_from_records
 from batchscribe.eval.normalize import NORMALIZERS, get_normalizer
-from batchscribe.eval.wer import Counts
+from batchscribe.eval.wer import (
+    DEFAULT_DURATION_EDGES,
+    Counts,
+    bootstrap_rates,
+    bucket_order,
+    duration_bucket,
+    interval,
+    score,
+    sort_keys,
+    total,
+)
 from batchscribe.output.writers import package_versions
 
 SOURCE_GROUP = "source"  # group column meaning "the reference input the item came from"
@@ -36,7 +45,7 @@ class EvalSettings:
     worst_n: int = 20
     bootstrap: int = 1000
     seed: int = 0
-    duration_edges: tuple[float, ...] = wer.DEFAULT_DURATION_EDGES
+    duration_edges: tuple[float, ...] = DEFAULT_DURATION_EDGES
 
     def __post_init__(self) -> None:
         if self.bootstrap < 0 or self.worst_n < 0:
@@ -126,7 +135,7 @@ def evaluate(
     worst_n: int = 20,
     bootstrap: int = 1000,
     seed: int = 0,
-    duration_edges: Sequence[float] = wer.DEFAULT_DURATION_EDGES,
+    duration_edges: Sequence[float] = DEFAULT_DURATION_EDGES,
 ) -> Report:
     """Score a run's records against references (any `run` input; empty: the records' `reference`)."""
     pred_paths = [predictions] if isinstance(predictions, (str, Path)) else list(predictions)
@@ -162,9 +171,9 @@ def _score_item(ref: Reference, rec: dict[str, Any] | None, normalize: Any, grou
     else:
         status, hyp, err = "ok", str(rec["text"]), None
     ref_norm, hyp_norm = normalize(ref.text), normalize(hyp)
-    scored = wer.score(ref_norm, hyp_norm)
+    scored = score(ref_norm, hyp_norm)
     groups = {}
-    for col in group_columns:
+    for col in group_columns:  # the record's value (a run passthrough) wins over the reference's
         if col == SOURCE_GROUP:
             groups[col] = ref.source
         elif rec is not None and col in rec:
@@ -178,17 +187,17 @@ def _score_item(ref: Reference, rec: dict[str, Any] | None, normalize: Any, grou
 
 def _assemble(s: EvalSettings, items: tuple[Item, ...], preds: Predictions, unmatched: tuple[str, ...],
               no_text: tuple[str, ...]) -> Report:
-    words, chars = wer.total(i.words for i in items), wer.total(i.chars for i in items)
+    words, chars = total(i.words for i in items), total(i.chars for i in items)
     ci = None
     if s.bootstrap > 0 and items and words.n_ref > 0:
         errors = np.array([i.words.errors for i in items], dtype=np.int64)  # [items]
         n_ref = np.array([i.words.n_ref for i in items], dtype=np.int64)  # [items]
-        samples = wer.bootstrap_rates(errors, n_ref, s.bootstrap, s.seed)
+        samples = bootstrap_rates(errors, n_ref, s.bootstrap, s.seed)
         finite = samples[np.isfinite(samples)]  # a resample of only empty references has no rate
-        ci = wer.interval(finite) if finite.size else None
+        ci = interval(finite) if finite.size else None
     groups = {col: _rows([str(i.groups.get(col)) for i in items], items) for col in s.group_columns}
-    buckets = [wer.duration_bucket(i.duration, s.duration_edges) for i in items]
-    order = wer.bucket_order(s.duration_edges)
+    buckets = [duration_bucket(i.duration, s.duration_edges) for i in items]
+    order = bucket_order(s.duration_edges)
     durations = _rows(buckets, items, key=lambda k: order.index(k))
     summary = preds.summary or {}
     return Report(s, items, words.rate if words.n_ref else math.nan, chars.rate if chars.n_ref else math.nan,
@@ -200,15 +209,5 @@ def _rows(keys: list[str], items: Sequence[Item], key: Any = None) -> tuple[Grou
     acc: dict[str, list[Item]] = {}
     for k, item in zip(keys, items):
         acc.setdefault(k, []).append(item)
-    return tuple(GroupRow(k, len(acc[k]), wer.total(i.words for i in acc[k]), wer.total(i.chars for i in acc[k]))
-                 for k in wer.sort_keys(acc, key))
-
-
-
-
-def counts_dict(c: Counts) -> dict[str, Any]:
-    return {**asdict(c), "errors": c.errors, "n_ref": c.n_ref, "rate": finite_or_none(c.rate)}
-
-
-def finite_or_none(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
+    return tuple(GroupRow(k, len(acc[k]), total(i.words for i in acc[k]), total(i.chars for i in acc[k]))
+                 for k in sort_keys(acc, key))

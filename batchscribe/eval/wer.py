@@ -69,6 +69,7 @@ def score(ref: str, hyp: str) -> Scored:
     align: list[tuple[str, str | None, str | None]] = []
     for chunk in w.alignments[0]:
         op = _OPS[chunk.type]
+        # '=' and 'S' chunks span as many words on both sides; 'D' only reference, 'I' only hypothesis words
         n = max(chunk.ref_end_idx - chunk.ref_start_idx, chunk.hyp_end_idx - chunk.hyp_start_idx)
         for k in range(n):
             r = ref_words[chunk.ref_start_idx + k] if op != "I" else None
@@ -100,7 +101,7 @@ def _resample_chunks(n_items: int, n_resamples: int, seed: int, chunk_cells: int
     Chunks bound memory at `chunk_cells` indices for large evaluations.
     """
     rng = np.random.default_rng(seed)
-    step = max(1, chunk_cells // max(n_items, 1))
+    step = max(1, chunk_cells // max(n_items, 1))  # resamples per chunk
     for start in range(0, n_resamples, step):
         yield rng.integers(0, n_items, size=(min(step, n_resamples - start), n_items))
 

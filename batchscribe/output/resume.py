@@ -19,15 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from batchscribe.output.writers import (
-    SUMMARY_NAME,
-    OutputFormat,
-    fsync_dir,
-    read_shard,
-    read_shard_ids,
-    write_atomic,
-    write_json_atomic,
-)
+from batchscribe.output.formats import OutputFormat, read_shard
+from batchscribe.output.writers import SUMMARY_NAME, fsync_dir, write_atomic, write_json_atomic
 
 RUN_CONFIG_NAME = "run_config.json"
 # Keys of run_config.json that must match for a run to continue a directory. Device, batch size,
@@ -129,6 +122,7 @@ def _shard_pattern(prefix: str) -> re.Pattern[str]:
 
 
 def _our_files(directory: Path) -> list[Path]:
+    # Only names a run writes: anything else in the directory is the user's and survives --overwrite.
     names = re.compile(r"^(records(-part\d+of\d+)?-\d{5,}\.(jsonl|parquet)|_manifest(-.*)?\.ndjson"
                        r"|run_config\.json|summary(-.*)?\.json|\..*\.tmp)$")
     return [p for p in directory.iterdir() if p.is_file() and names.match(p.name)]
@@ -204,12 +198,14 @@ def open_output(
     state.entries = kept
     for e in kept:
         state.completed.update(e.ids)
+    # Numbering continues after the highest shard on disk, so no committed name is ever reused.
     indices = [int(m.group(1)) for name in on_disk if (m := pattern.match(name))]
     state.next_index = max(indices, default=-1) + 1
     return state
 
 
 def has_records(directory: Path) -> bool:
+    # A run_config.json without records (a run that committed nothing) does not pin the directory.
     return any(p.name.startswith("_manifest") or re.match(r"^records.*\.(jsonl|parquet)$", p.name)
                for p in Path(directory).iterdir())
 
@@ -246,12 +242,3 @@ def _canon(value: Any) -> str:
 def write_run_config(directory: Path, config: dict[str, Any]) -> None:
     write_json_atomic(Path(directory) / RUN_CONFIG_NAME, config)
 
-
-def committed_ids(directory: Path, prefix: str = "records") -> set[str]:
-    """Ids in the committed shards of `prefix`, read from the files themselves (tests, tools)."""
-    pattern = _shard_pattern(prefix)
-    ids: set[str] = set()
-    for p in sorted(Path(directory).iterdir()):
-        if pattern.match(p.name):
-            ids.update(read_shard_ids(p))
-    return ids

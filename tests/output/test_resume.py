@@ -9,15 +9,21 @@ from typing import Any
 import pytest
 
 from batchscribe.output import resume
+from batchscribe.output.formats import encode_shard, read_shard
 from batchscribe.output.resume import (
     OutputDirError,
     ResumeConflictError,
     check_run_config,
-    committed_ids,
     open_output,
     write_run_config,
 )
-from batchscribe.output.writers import ShardWriter, encode_shard, read_shard, write_atomic
+from batchscribe.output.writers import ShardWriter, write_atomic
+
+
+def committed_ids(directory: Path) -> set[str]:
+    """Ids in the committed shard files themselves (not the manifest): what a reader would see."""
+    return {str(r["id"]) for p in sorted(directory.glob("records-*")) if p.suffix in (".jsonl", ".parquet")
+            for r in read_shard(p)}
 
 
 def rec(i: int, ok: bool = True) -> dict[str, Any]:

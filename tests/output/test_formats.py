@@ -1,0 +1,81 @@
+"""Shard formats: records valid as OpenAI verbose_json, JSONL/Parquet round trips, strict JSON lines,
+one Parquet schema across shards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from openai.types.audio import TranscriptionVerbose
+
+from batchscribe.output import formats
+from batchscribe.output.formats import read_shard
+from batchscribe.output.writers import ShardWriter
+from tests.output.sample_records import error_record, ok_record
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_round_trip_and_openai_schema(tmp_path: Path, fmt: str) -> None:
+    records = [ok_record(0), error_record(0), ok_record(1)]
+    w = ShardWriter(tmp_path, fmt)
+    for r in records:
+        w.add(r)
+    w.flush()
+    assert w.committed == [f"records-00000.{fmt}"]
+    back = read_shard(tmp_path / w.committed[0])
+    assert back == records
+    for r in back:
+        if r.get("error") is None:
+            TranscriptionVerbose.model_validate(r)  # the OpenAI SDK's verbose_json type
+        else:
+            assert "segments" not in r and r["duration"] is None
+
+
+def test_jsonl_is_one_json_object_per_line(tmp_path: Path) -> None:
+    rec = ok_record(0) | {"score": np.float32(0.5), "n": np.int64(3), "nan": float("nan"),
+                          "text_ja": "日本語"}
+    (tmp_path / "x.jsonl").write_bytes(formats.encode_jsonl([rec, error_record(1)]))
+    lines = (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 2
+    finite = ok_record(2) | {"text_ja": "日本語", "pair": (1, 2.5)}  # encoded without the NaN walk: the same bytes
+    assert formats.jsonl_line(finite) == json.dumps(formats._finite(finite), ensure_ascii=False)
+    first = json.loads(lines[0])  # strict: NaN would not parse under allow_nan=False consumers
+    assert first["score"] == 0.5 and first["n"] == 3 and first["nan"] is None
+    assert first["text_ja"] == "日本語"
+    json.loads(lines[1], parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_parquet_schema_is_fixed_across_shards(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    w = ShardWriter(tmp_path, "parquet", shard_size=2)
+    nulls = [{"id": f"n{i}", "error": "x", "duration": None, "speaker_id": None, "tags": None}
+             for i in range(2)]
+    for r in [ok_record(0), ok_record(1), error_record(0), error_record(1), *nulls]:
+        w.add(r)
+    w.flush()
+    assert w.committed == [f"records-0000{i}.parquet" for i in range(3)]
+    # All-error shards have null segments (and here null passthrough values) but the same types:
+    # the three files read as one table.
+    table = ds.dataset(tmp_path, format="parquet").to_table()
+    assert table.num_rows == 6
+    tags = table.schema.field("tags").type
+    assert tags.value_type == pa.string() and pa.types.is_list(tags)
+    seg = table.schema.field("segments").type
+    assert seg.value_type.field("tokens").type.value_type == pa.int32()
+    assert [f.name for f in seg.value_type] == list(formats.SEGMENT_FIELDS)
+
+
+def test_parquet_loads_with_datasets(tmp_path: Path) -> None:
+    import datasets
+
+    w = ShardWriter(tmp_path, "parquet")
+    for r in [ok_record(0), error_record(0)]:
+        w.add(r)
+    w.flush()
+    d = datasets.load_dataset("parquet", data_files=str(tmp_path / "*.parquet"), split="train")
+    assert d[0]["segments"][0]["tokens"][0] == 50363
+    assert d[1]["error"].startswith("bad-0")
