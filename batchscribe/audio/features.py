@@ -18,7 +18,6 @@ from batchscribe.constants import HOP_LENGTH, N_FFT, N_SAMPLES, SAMPLE_RATE
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
-N_FREQ = N_FFT // 2 + 1  # 201 one-sided STFT bins
 SUPPORTED_N_MELS = (80, 128)
 
 

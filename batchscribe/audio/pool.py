@@ -5,22 +5,19 @@ flight, so memory stays bounded whatever the size of the input. A bad item is da
 exception: its DecodedItem carries `error` and the stream goes on. Even a decoder that kills its
 process (a segfault in a native library, the OOM killer) costs only that item: the pool is
 replaced and the items that were in flight are retried one at a time to find the culprit.
+What a worker runs and how its samples come back: `worker`; the bookkeeping: `inflight`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import multiprocessing
 import os
-import queue
 import shutil
 import sys
-import tempfile
-import threading
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -28,47 +25,24 @@ from typing import Any
 
 import numpy as np
 
-from batchscribe.audio.decode import RAM_DIR
+from batchscribe.audio.inflight import ChunkSizer, InFlight
+from batchscribe.audio.read_ahead import read_ahead
 from batchscribe.audio.sources import SourceItem
+from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, read_back
 
-# A decoder takes encoded bytes or a path and returns float32 mono 16 kHz samples. It must be a
-# module-level function so worker processes can unpickle it.
-Decoder = Callable[[bytes | str], np.ndarray]
-
-
-@dataclass(frozen=True)
-class _Spilled:
-    """Decoded audio a worker process left in a file of the run's spill folder (RAM-backed where
-    possible): only the path crosses the pipe, not the samples."""
-
-    path: str
-    n_samples: int
-    offset: int = 0  # samples of earlier items in the file: a task's items share one file
-
-    @property
-    def nbytes(self) -> int:
-        return 4 * self.n_samples
-
-
-# (audio [n_samples] float32 or where a worker spilled it, None) or (None, reason)
-_Result = tuple[np.ndarray | _Spilled | None, str | None]
 # Tasks: each a chunk of consecutive items and the future of their results, in order.
-_Pending = deque[tuple[list[SourceItem], Future[list[_Result]]]]
+_Pending = deque[tuple[list[SourceItem], Future[list[Result]]]]
 DEFAULT_MAX_BUFFERED_BYTES = 1 << 30  # ~4.6 h of decoded 16 kHz float32 audio
 # Tasks handed to each worker ahead of their results: one running, one queued, so none idles.
 IN_FLIGHT_PER_WORKER = 2
 # Items per task sent to a worker process. Each task's round trip (pickling, two pipes, the
-# executor's threads, the spill file) costs the main process ~0.5-2 ms under the GIL: one per
-# LibriSpeech utterance held W1's input to 3,000-4,000 audio s/s on the H200's 16 cores. Short
-# items therefore travel in chunks, sized so decoded bytes in flight stay under half the budget.
+# executor's threads, the spill file) costs the main process time under the GIL, so short items
+# travel in chunks, sized so decoded bytes in flight stay under half the budget.
 MAX_CHUNK_ITEMS = 16
-# Items per task for decode threads. A task costs the GIL ~40 us (its Future, the executor's queue
-# and conditions; ~15 us per item in tasks of 4, measured on this repo's 2-core CI machine), yet
-# one item per task is faster beside a GPU engine: with 12 threads W1 ran at RTFx 18,080-18,689
-# with tasks of 1 and 15,542-17,222 with tasks of 4 (H200, docs/GPU_NOTES.md, 2026-12-01); busy
-# threads with work queued kept the GIL from the thread that hands their results on.
+# Items per task for decode threads. Tasks of several items cost less bookkeeping, yet one item
+# per task was faster beside a GPU engine (docs/GPU_NOTES.md): busy threads with work queued kept
+# the GIL from the thread that hands their results on.
 THREAD_CHUNK_ITEMS = 1
-_SPILL_PREFIX = "batchscribe-decoded-"  # then the owning process id
 
 
 @dataclass(frozen=True)
@@ -90,9 +64,8 @@ def default_workers() -> int:
 
 def decode_threads_default() -> int:
     """Decode threads beside a GPU engine: three quarters of the cores, at most 12. Too many take
-    the GIL from the thread that launches GPU work, too few leave the engine waiting on input: on
-    the H200's 16 cores W1 ran at RTFx 15,698-18,689 with 12 threads against 14,327-17,805 with 8
-    in the same calls, and 13,747 with 15 (docs/GPU_NOTES.md, 2026-12-01)."""
+    the GIL from the thread that launches GPU work, too few leave the engine waiting on input
+    (chosen by measurement: docs/GPU_NOTES.md)."""
     return max(1, min(12, (os.cpu_count() or 2) * 3 // 4))
 
 
@@ -131,7 +104,7 @@ def decode_stream(
         raise ValueError(f"workers={workers} must be >= 0 (0 decodes inline)")
     if workers == 0:
         for item in items:
-            yield _finish(item, _decode_one(item, decoder))
+            yield from _finish_chunk([item], [decode_one(item, decoder)])
         return
     yield from _decode_pooled(items, workers, prefetch, decoder, max_buffered_bytes, threads)
 
@@ -140,17 +113,12 @@ def _decode_pooled(
     items: Iterable[SourceItem], workers: int, prefetch: int, decoder: Decoder | None,
     max_buffered_bytes: int, threads: bool = False,
 ) -> Iterator[DecodedItem]:
-    # Worker processes hand decoded audio back through files here instead of pickling it through
-    # a pipe (the main process then only reads it back: no unpickling while holding the GIL).
-    spill = None
-    if not threads:
-        _sweep_spills(RAM_DIR or tempfile.gettempdir())
-        spill = tempfile.mkdtemp(prefix=f"{_SPILL_PREFIX}{os.getpid()}-", dir=RAM_DIR)
+    spill = None if threads else new_spill_dir()  # where worker processes leave decoded samples
     pool = _new_pool(workers, threads)
-    pending = _InFlight()
+    pending = InFlight()
     in_flight = IN_FLIGHT_PER_WORKER * workers
     # Threads share memory: a task costs no copy to hand over, only its bookkeeping.
-    sizer = _ChunkSizer(max_buffered_bytes // (2 * in_flight), MAX_CHUNK_ITEMS if not threads else THREAD_CHUNK_ITEMS)
+    sizer = ChunkSizer(max_buffered_bytes // (2 * in_flight), THREAD_CHUNK_ITEMS if threads else MAX_CHUNK_ITEMS)
     try:
         source = iter(items)
         exhausted = False
@@ -163,7 +131,7 @@ def _decode_pooled(
                 if not threads:
                     chunk = [_owned(item) for item in chunk]
                 try:
-                    pending.add(chunk, pool.submit(_decode_many, chunk, decoder, spill))
+                    pending.add(chunk, pool.submit(decode_many, chunk, decoder, spill))
                 except BrokenProcessPool:  # the pool died since the last check; recover below
                     pending.add(chunk, _broken_future())
             if not pending:
@@ -190,131 +158,10 @@ def _decode_pooled(
 def _owned(item: SourceItem) -> SourceItem:
     """The item with its bytes copied out of a view of Arrow's buffer (Parquet sources), for a
     worker process: the copy is made once, here, and the view (which keeps Arrow's whole batch in
-    memory) dies now instead of while the item waits in flight (main-process RSS grew 35 % over
-    838 rows when the views lived on)."""
+    memory) dies now instead of while the item waits in flight."""
     if isinstance(item.audio_bytes, memoryview):
         return dataclasses.replace(item, audio_bytes=bytes(item.audio_bytes))
     return item
-
-
-class _ChunkSizer:
-    """How many items the next task takes: 1 until results show the decoded size of an item, then
-    as many as fit `chunk_bytes` (at most `most`)."""
-
-    def __init__(self, chunk_bytes: int, most: int):
-        self.chunk_bytes, self.most = chunk_bytes, most
-        self.seen_items = self.seen_bytes = 0
-
-    def items(self) -> int:
-        if self.most == 1 or self.seen_items == 0:
-            return 1
-        per_item = max(1, self.seen_bytes // self.seen_items)
-        return max(1, min(self.most, self.chunk_bytes // per_item))
-
-    def observe(self, results: list[_Result]) -> None:
-        for audio, _ in results:
-            if audio is not None:
-                self.seen_items += 1
-                self.seen_bytes += audio.nbytes
-
-
-@dataclass(eq=False)
-class _Task:
-    # No reference to its future: the future's done-callback holds the task, and a task holding
-    # the future made a cycle that kept every decoded result (a GPU run's pinned samples) alive
-    # until the garbage collector's next run.
-    chunk: list[SourceItem]
-    encoded: int  # bytes of the chunk's encoded audio
-    done: bool = False
-    decoded: int = 0  # bytes of its decoded audio, once done
-    taken: bool = False  # popped: its completion no longer counts
-
-
-class _InFlight:
-    """Tasks submitted and not yet yielded, in order, with their totals kept as they change.
-
-    Walking the queue to add them up cost O(prefetch) per item: on a GPU run (512 items ahead) the
-    read-ahead thread held the GIL ~0.15 ms per item doing it, time the engine thread waited for.
-    Completions arrive on the workers' (or the executor's) threads, hence the lock.
-    """
-
-    def __init__(self) -> None:
-        self._tasks: deque[tuple[_Task, Future[list[_Result]]]] = deque()
-        self._lock = threading.Lock()
-        self.items = 0  # items in the tasks
-        self._bytes = 0  # encoded bytes of every task plus decoded bytes of the done ones
-        self._undone = 0
-
-    def __len__(self) -> int:
-        return len(self._tasks)
-
-    def add(self, chunk: list[SourceItem], future: Future[list[_Result]]) -> None:
-        task = _Task(chunk, sum(len(item.audio_bytes or b"") for item in chunk))
-        with self._lock:
-            self._tasks.append((task, future))
-            self.items += len(chunk)
-            self._bytes += task.encoded
-            self._undone += 1
-        future.add_done_callback(lambda future, task=task: self._completed(task, future))
-
-    def _completed(self, task: _Task, future: Future[list[_Result]]) -> None:
-        size = 0
-        if not future.cancelled() and future.exception() is None:
-            size = sum(0 if audio is None else audio.nbytes for audio, _ in future.result())
-        with self._lock:
-            if task.taken:
-                return
-            task.done, task.decoded = True, size
-            self._undone -= 1
-            self._bytes += size
-
-    def popleft(self) -> tuple[list[SourceItem], Future[list[_Result]]]:
-        with self._lock:
-            task, future = self._tasks.popleft()
-            task.taken = True
-            self.items -= len(task.chunk)
-            self._bytes -= task.encoded + task.decoded
-            self._undone -= 0 if task.done else 1
-        return task.chunk, future
-
-    def drain(self) -> list[tuple[list[SourceItem], Future[list[_Result]]]]:
-        return [self.popleft() for _ in range(len(self._tasks))]
-
-    def has_room(self, prefetch: int, max_undone: int, max_buffered_bytes: int) -> bool:
-        """May one more task be submitted? Items, work queued for the workers, and bytes all allow it.
-
-        Decoded sizes are unknown until decoded, so only `max_undone` tasks (IN_FLIGHT_PER_WORKER
-        per worker) are handed out ahead of their results; finished results then wait in order
-        until their bytes reach the budget.
-        """
-        if not self._tasks:
-            return True
-        return self.items < prefetch and self._undone < max_undone and self._bytes < max_buffered_bytes
-
-
-def _sweep_spills(parent: str) -> None:
-    """Remove spill folders whose run was killed (SIGKILL, the OOM killer) before it could: in
-    /dev/shm they would hold their decoded audio in memory until the machine restarts."""
-    try:
-        names = os.listdir(parent)
-    except OSError:
-        return
-    for name in names:
-        if not name.startswith(_SPILL_PREFIX):
-            continue
-        pid = name[len(_SPILL_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. another user's process: alive
-        pass
-    return True
 
 
 def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> Iterator[DecodedItem]:
@@ -333,7 +180,7 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
                 continue
             for item in chunk:
                 try:
-                    results = pool.submit(_decode_many, [item], decoder, spill).result()
+                    results = pool.submit(decode_many, [item], decoder, spill).result()
                 except BrokenProcessPool:
                     pool.shutdown(wait=True)
                     pool = _new_pool(1)
@@ -355,9 +202,8 @@ def _context() -> multiprocessing.context.BaseContext:
     method = "forkserver" if sys.platform.startswith("linux") else "spawn"
     context = multiprocessing.get_context(method)
     if method == "forkserver":
-        # The server imports the decoders once, and workers fork from it ready to decode (the first
-        # item came 0.33 -> 0.22-0.26 s after the start on the CI machine).
-        context.set_forkserver_preload(["batchscribe.audio.decode"])
+        # The server imports the decoders once, and workers fork from it ready to decode.
+        context.set_forkserver_preload(["batchscribe.audio.worker"])
     return context
 
 
@@ -367,155 +213,26 @@ def _new_pool(workers: int, threads: bool = False) -> Executor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=_context())
 
 
-def _broken_future() -> Future[list[_Result]]:
-    future: Future[list[_Result]] = Future()
+def _broken_future() -> Future[list[Result]]:
+    future: Future[list[Result]] = Future()
     future.set_exception(BrokenProcessPool("the decoder pool was already broken"))
     return future
 
 
-def _decode_one(item: SourceItem, decoder: Decoder | None) -> _Result:
-    """(audio [n_samples] float32, None) or (None, reason)."""
-    if decoder is None:
-        from batchscribe.audio.decode import decode_audio
-
-        decoder = decode_audio
-    data: bytes | str | None = item.audio_bytes if item.audio_bytes is not None else item.path
-    if data is None:
-        return None, "no audio: the audio cell is empty (no bytes and no path); fix or drop the row"
-    try:
-        audio = decoder(data)
-    except Exception as exc:  # a bad item must never stop the stream, whatever the decoder raises
-        return None, _reason(exc)
-    return np.ascontiguousarray(audio, dtype=np.float32), None
+def _finish_chunk(chunk: list[SourceItem], results: list[Result]) -> Iterator[DecodedItem]:
+    """A task's items as DecodedItems, their samples read back where spilled (`read_back`)."""
+    for item, (audio, reason) in zip(chunk, read_back(results)):
+        yield DecodedItem(
+            id=item.id,
+            audio=audio,
+            error=None if reason is None else f"{item.id}: {reason}",
+            text=item.text,
+            extra=item.extra,
+            source_path=item.path,
+        )
 
 
-def _decode_many(items: list[SourceItem], decoder: Decoder | None, spill: str | None = None) -> list[_Result]:
-    """Runs in a worker: each item's result, in order. With `spill` (a folder), the chunk's samples
-    are written to one file there and each audio is returned as its place in it (_Spilled)."""
-    results = [_decode_one(item, decoder) for item in items]
-    if spill is None or all(audio is None for audio, _ in results):
-        return results
-    path = None
-    try:
-        fd, path = tempfile.mkstemp(suffix=".f32", dir=spill)
-        spilled: list[_Result] = []
-        offset = 0
-        with os.fdopen(fd, "wb") as handle:
-            for audio, reason in results:
-                if audio is None:
-                    spilled.append((None, reason))
-                    continue
-                handle.write(memoryview(audio).cast("B"))
-                spilled.append((_Spilled(path, audio.size, offset), None))
-                offset += audio.size
-        return spilled
-    except OSError:  # the spill storage is full or gone: send the samples through the pipe
-        if path is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-        return results
-
-
-def _unspill(audio: np.ndarray | _Spilled | None) -> np.ndarray | None:
-    """In the main process: a spilled result's samples, read back from its place in the file."""
-    if not isinstance(audio, _Spilled):
-        return audio
-    samples = np.fromfile(audio.path, dtype=np.float32, count=audio.n_samples, offset=4 * audio.offset)
-    if samples.size != audio.n_samples:
-        raise OSError(f"{audio.path}: read {samples.size} samples back, the worker wrote {audio.n_samples}")
-    return samples
-
-
-def _reason(exc: Exception) -> str:
-    try:
-        from batchscribe.audio.decode import AudioDecodeError
-    except ImportError:  # a custom decoder without the package's decode module
-        return f"{type(exc).__name__}: {exc}"
-    # AudioDecodeError's message already names the problem and the fix; anything else is
-    # unexpected, so keep its type for the bug report.
-    return str(exc) if isinstance(exc, AudioDecodeError) else f"{type(exc).__name__}: {exc}"
-
-
-def _finish_chunk(chunk: list[SourceItem], results: list[_Result]) -> Iterator[DecodedItem]:
-    """A task's items, read back where spilled; the spill files are removed before the first is
-    yielded, so an early close leaves none behind."""
-    done = [_finish(item, result) for item, result in zip(chunk, results)]
-    for path in {audio.path for audio, _ in results if isinstance(audio, _Spilled)}:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-    yield from done
-
-
-def _finish(item: SourceItem, result: _Result) -> DecodedItem:
-    audio, reason = result
-    try:
-        audio = _unspill(audio)
-    except OSError as exc:  # e.g. something emptied /dev/shm under the run
-        audio, reason = None, (f"the decoded audio could not be read back from the decoder process "
-                               f"({exc}); run again to retry this item")  # fmt: skip
-    return DecodedItem(
-        id=item.id,
-        audio=audio,
-        error=None if reason is None else f"{item.id}: {reason}",
-        text=item.text,
-        extra=item.extra,
-        source_path=item.path,
-    )
-
-
-class _Raised:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-_DONE = object()
-
-
-def read_ahead(items: Iterable[Any], depth: int) -> Iterator[Any]:
-    """Iterate `items` on a background thread, at most `depth` ahead; its errors re-raise here.
-
-    The GPU engine's thread should only admit and step: reading Parquet and handing items to the
-    decode workers inside its `next()` left the GPU idle (1.3 s of a 2.8 s W1 run on the H200).
-    """
-    if depth < 1:
-        raise ValueError(f"depth={depth} must be >= 1")
-    out: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def put(value: Any) -> bool:
-        while not stop.is_set():
-            try:
-                out.put(value, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        source = iter(items)
-        try:
-            for value in source:
-                if not put(value):
-                    break
-            else:
-                put(_DONE)
-        except BaseException as exc:  # handed to the consumer, which raises it
-            put(_Raised(exc))
-        finally:
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()  # e.g. decode_stream's pool shutdown, on this thread that ran it
-
-    thread = threading.Thread(target=produce, name="batchscribe-read-ahead", daemon=True)
-    thread.start()
-    try:
-        while True:
-            value = out.get()
-            if value is _DONE:
-                return
-            if isinstance(value, _Raised):
-                raise value.exc
-            yield value
-    finally:
-        stop.set()
-        thread.join(timeout=30)
+__all__ = [
+    "DEFAULT_MAX_BUFFERED_BYTES", "IN_FLIGHT_PER_WORKER", "MAX_CHUNK_ITEMS", "THREAD_CHUNK_ITEMS",
+    "DecodedItem", "Decoder", "decode_stream", "decode_threads_default", "default_workers", "read_ahead",
+]

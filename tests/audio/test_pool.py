@@ -56,9 +56,9 @@ def test_real_decoding_in_order_with_bad_items(flac_rows: list[dict], tmp_path: 
 
     monkeypatch.setattr(pool, "THREAD_CHUNK_ITEMS", thread_chunk)  # decode threads take tasks of several items
     tasks: list[int] = []
-    decode_many = pool._decode_many
+    decode_many = pool.decode_many
     if threads:
-        monkeypatch.setattr(pool, "_decode_many", lambda chunk, *a: tasks.append(len(chunk)) or decode_many(chunk, *a))
+        monkeypatch.setattr(pool, "decode_many", lambda chunk, *a: tasks.append(len(chunk)) or decode_many(chunk, *a))
     items = [SourceItem(r["id"], r["audio"]["bytes"], r["audio"]["path"], r["text"], {}) for r in flac_rows]
     items[2] = SourceItem("garbage", b"\x00not audio at all" * 50, None, None, {})
     items[4] = SourceItem("truncated-header", flac_rows[4]["audio"]["bytes"][:20], None, None, {})
@@ -171,7 +171,7 @@ def test_bad_arguments() -> None:
 
 def test_streaming_memory_is_flat(shared_data: Path) -> None:
     """Peak RSS for all 838 train-clean-5 rows within 20% of 100 rows (the benchmark, ~15 s)."""
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "memory_streaming.py"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "memory_streaming.py"
     proc = subprocess.run([sys.executable, str(script), "--rows", "100", "838", "--workers", "1"],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -205,48 +205,16 @@ def test_byte_budget_bounds_long_audio() -> None:
     assert len(ahead) == 30 and max(ahead) <= 3 + 4
 
 
-def test_read_ahead_keeps_order_raises_and_stops_early() -> None:
-    from batchscribe.audio.pool import read_ahead
-
-    assert list(read_ahead(iter(range(500)), depth=7)) == list(range(500))
-
-    def failing():
-        yield 1
-        raise RuntimeError("source broke")
-
-    got = []
-    with pytest.raises(RuntimeError, match="source broke"):
-        for value in read_ahead(failing(), depth=2):
-            got.append(value)
-    assert got == [1]
-
-    closed = []
-
-    def endless():
-        try:
-            i = 0
-            while True:
-                yield i
-                i += 1
-        finally:
-            closed.append(True)
-
-    stream = read_ahead(endless(), depth=3)
-    assert [next(stream) for _ in range(5)] == [0, 1, 2, 3, 4]
-    stream.close()  # the consumer stops early: the producer ends and closes its source
-    assert closed == [True]
-
-
 def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Process workers leave decoded samples in a spill folder and send only the path; the main
     process reads them back exactly, and the folder is gone after the run, after a worker crash
     (whatever it left half-written) and after an early close. Without room to spill, the samples
     still arrive, through the pipe."""
-    from batchscribe.audio import pool
+    from batchscribe.audio import worker
 
     spill = tmp_path / "spill"
     spill.mkdir()
-    monkeypatch.setattr(pool, "RAM_DIR", str(spill))
+    monkeypatch.setattr(worker, "RAM_DIR", str(spill))
     # What a killed run leaves behind (its process is gone), and a live process's folder.
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -254,8 +222,8 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
     (spill / f"batchscribe-decoded-{dead.pid}-abc" / "x.f32").write_bytes(b"\0" * 8)
     (spill / f"batchscribe-decoded-{os.getppid()}-live").mkdir()
     spilled: list[object] = []
-    real = pool._unspill
-    monkeypatch.setattr(pool, "_unspill", lambda audio: spilled.append(audio) or real(audio))
+    real = worker.unspill
+    monkeypatch.setattr(worker, "unspill", lambda audio: spilled.append(audio) or real(audio))
     payloads = [bytes([i]) * (100 + i) for i in range(12)]
     payloads[7] = CRASH
     out = list(decode_stream(_items(payloads), workers=2, prefetch=4, decoder=_bytes_decoder))
@@ -265,7 +233,7 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
             assert d.audio is None and d.error.startswith("item7: the decoder process died")
         else:
             np.testing.assert_array_equal(d.audio, np.frombuffer(payloads[i], np.uint8).astype(np.float32))
-    assert sum(isinstance(a, pool._Spilled) for a in spilled) == 11
+    assert sum(isinstance(a, worker.Spilled) for a in spilled) == 11
     # The run's folder and every file in it removed, the killed run's swept, the live one kept.
     assert [p.name for p in spill.iterdir()] == [f"batchscribe-decoded-{os.getppid()}-live"]
     (spill / f"batchscribe-decoded-{os.getppid()}-live").rmdir()
@@ -276,13 +244,13 @@ def test_worker_processes_hand_audio_back_through_files(tmp_path: Path, monkeypa
     assert list(spill.iterdir()) == []
 
     full = tmp_path / "full"  # a spill folder that cannot be written: samples come through the pipe
-    monkeypatch.setattr(pool, "RAM_DIR", str(full))
+    monkeypatch.setattr(worker, "RAM_DIR", str(full))
     full.mkdir()
-    monkeypatch.setattr(pool.tempfile, "mkdtemp", lambda **kw: str(full / "gone"))
+    monkeypatch.setattr(worker.tempfile, "mkdtemp", lambda **kw: str(full / "gone"))
     spilled.clear()
     out = list(decode_stream(_items(payloads[:3]), workers=2, prefetch=4, decoder=_bytes_decoder))
     assert [d.audio.size for d in out] == [100, 101, 102]
-    assert spilled and not any(isinstance(a, pool._Spilled) for a in spilled)
+    assert spilled and not any(isinstance(a, worker.Spilled) for a in spilled)
 
 
 def test_default_worker_counts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -333,19 +301,4 @@ def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyP
             np.testing.assert_array_equal(d.audio, np.frombuffer(p, np.uint8).astype(np.float32))
     assert sum(sizes[False]) == 200 and sizes[False][0] == 1 and max(sizes[False]) == 16
     assert pool.THREAD_CHUNK_ITEMS == 1 and sizes[True] == [1] * 200
-
-
-def test_chunk_sizer_fits_the_budget_share() -> None:
-    from batchscribe.audio.pool import _ChunkSizer
-
-    sizer = _ChunkSizer(chunk_bytes=8000, most=16)
-    assert sizer.items() == 1  # nothing decoded yet: one item per task
-    sizer.observe([(np.zeros(250, np.float32), None), (None, "bad")])  # 1,000 bytes per item
-    assert sizer.items() == 8
-    sizer.observe([(np.zeros(10, np.float32), None)] * 100)
-    assert sizer.items() == 16  # small items: capped
-    big = _ChunkSizer(chunk_bytes=8000, most=16)
-    big.observe([(np.zeros(1 << 20, np.float32), None)])
-    assert big.items() == 1  # an item larger than the share still travels alone
-    assert _ChunkSizer(chunk_bytes=8000, most=1).items() == 1
 

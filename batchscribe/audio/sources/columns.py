@@ -1,0 +1,83 @@
+"""Table rows (Parquet, manifests, datasets) -> SourceItems: the columns, and what an audio cell holds."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+
+
+@dataclass(frozen=True)
+class Columns:
+    audio: str
+    id: str | None
+    text: str | None
+    passthrough: tuple[str, ...]
+
+    @property
+    def needed(self) -> list[str]:
+        names = [self.audio, self.id, self.text, *self.passthrough]
+        return list(dict.fromkeys(n for n in names if n is not None))
+
+
+def resolve_columns(
+    available: Sequence[str], opts: SourceOptions, where: str, audio_column: str | None = None
+) -> Columns:
+    """Pick the columns to read; a missing one raises with the available names and the flag."""
+    audio_column = audio_column or opts.audio_column
+
+    def missing(what: str, name: str, flag: str) -> SourceError:
+        return SourceError(
+            f"{where}: no {what} column {name!r}; available columns: {', '.join(available)}; "
+            f"choose one with {flag} NAME"
+        )
+
+    if audio_column not in available:
+        raise missing("audio", audio_column, "--audio-column")
+    for name, flag in ((opts.id_column, "--id-column"), (opts.text_column, "--text-column")):
+        if name is not None and name not in available:
+            raise missing(flag[2:].replace("-column", ""), name, flag)
+    for name in opts.passthrough:
+        if name not in available:
+            raise missing("passthrough", name, "--passthrough")
+    id_col = opts.id_column or ("id" if "id" in available else None)
+    text_col = opts.text_column or ("text" if "text" in available else None)
+    return Columns(audio_column, id_col, text_col, opts.passthrough)
+
+
+def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str | None]:
+    """An audio cell (`{bytes, path}` struct, path string or raw bytes) -> (bytes, path)."""
+    if isinstance(value, dict):
+        data, where = value.get("bytes"), value.get("path")
+        if data:
+            return (data if isinstance(data, memoryview) else bytes(data)), where
+        return None, _resolve_path(where, base_dir) if where else None
+    if isinstance(value, memoryview):
+        return value, None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value), None
+    if isinstance(value, str) and value:
+        return None, _resolve_path(value, base_dir)
+    return None, None  # null or empty cell: the pool reports it as an item error
+
+
+def _resolve_path(where: str, base_dir: Path | None) -> str:
+    if "://" in where or base_dir is None or Path(where).is_absolute():
+        return where
+    return str(base_dir / where)
+
+
+def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Path | None) -> SourceItem:
+    data, where = _audio_value(row[cols.audio], base_dir)
+    raw_id = row[cols.id] if cols.id is not None else None
+    raw_text = row[cols.text] if cols.text is not None else None
+    return SourceItem(
+        id=str(raw_id) if raw_id is not None and raw_id != "" else derived_id,
+        audio_bytes=data,
+        path=where,
+        text=str(raw_text) if raw_text is not None else None,
+        extra={name: row[name] for name in cols.passthrough},
+    )

@@ -1,0 +1,122 @@
+"""What an input string is (glob, file, folder, hub id) -> its reader; `iter_source` streams them all."""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from batchscribe.audio.sources.files import (
+    AUDIO_EXTENSIONS, MANIFEST_EXTENSIONS, audio_file_item, csv_rows, jsonl_rows, read_audio_folder,
+    read_manifest, walk_audio,
+)
+from batchscribe.audio.sources.hf_datasets import read_dataset_disk, read_dataset_hub
+from batchscribe.audio.sources.ids import select
+from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+from batchscribe.audio.sources.parquet import read_parquet
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def iter_source(inputs: Sequence[str], opts: SourceOptions) -> Iterator[SourceItem]:
+    """Stream the items of `inputs` (in order) that belong to shard `opts.shard_index`.
+
+    Ids: the id column's value (as str); without one, a derived id that is stable across runs:
+    `<file stem>:<row>` for Parquet (row within the file), `<split>:<row>` for datasets, the
+    path relative to the folder without its audio extension for audio folders (`a/b.flac` ->
+    `a/b`), and the path as written in the manifest without its audio extension for manifests.
+
+    Duplicate ids: the first occurrence keeps its id; the k-th occurrence (k >= 2) becomes
+    `<id>#k` (k increased further if that is taken too). The rule is applied over all items
+    before sharding, so every shard agrees with an unsharded run.
+
+    Sharding: an item belongs to shard `blake2b(id) % num_shards` (its final id, 8-byte digest),
+    so the shards are disjoint, their union is the whole input, and the split does not depend on
+    input order. Every shard still reads the whole input. `limit` counts items of this shard.
+
+    Paths and input kinds are checked here (missing path: `SourceError` at once); column problems
+    and empty inputs raise `SourceError` when that input is reached during iteration.
+    """
+    if not inputs:
+        raise SourceError("no input given; pass a Parquet file, folder, glob, manifest or dataset id")
+    readers = [(inp, _plan(inp, opts)) for inp in inputs]
+    return select(_read_all(readers), opts)
+
+
+def _read_all(readers: list[tuple[str, Callable[[], Iterator[SourceItem]]]]) -> Iterator[SourceItem]:
+    for inp, reader in readers:
+        count = 0
+        for item in reader():
+            count += 1
+            yield item
+        if count == 0:
+            raise SourceError(f"input {inp!r} contains no items; check that it is the right path")
+
+
+def _plan(inp: str, opts: SourceOptions) -> Callable[[], Iterator[SourceItem]]:
+    """Decide what `inp` is and return a reader for it (nothing is read yet)."""
+    path = Path(inp).expanduser()
+    if not path.exists() and any(ch in inp for ch in "*?["):
+        matches = sorted(glob.glob(str(path), recursive=True))
+        if not matches:
+            raise SourceError(f"glob {inp!r} matches no files; check the pattern and quote it")
+        plans = [_plan(m, opts) for m in matches]
+        return lambda: (item for plan in plans for item in plan())
+    if path.is_file():
+        return _plan_file(path, opts)
+    if path.is_dir():
+        return _plan_dir(path, opts)
+    looks_local = inp.startswith((".", "/", "~")) or path.suffix.lower() in (
+        AUDIO_EXTENSIONS | MANIFEST_EXTENSIONS | {".parquet", ".arrow"}
+    )
+    if looks_local or not _HUB_ID.match(inp):
+        raise SourceError(f"input {inp!r} does not exist; check the path (no file, folder or glob match)")
+    return lambda: read_dataset_hub(inp, opts)
+
+
+def _plan_file(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceItem]]:
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return lambda: read_parquet(path, opts)
+    if suffix == ".jsonl":
+        return lambda: read_manifest(path, jsonl_rows(path), opts)
+    if suffix in (".csv", ".tsv"):
+        return lambda: read_manifest(path, csv_rows(path), opts)
+    if suffix in AUDIO_EXTENSIONS:
+        _no_passthrough(path, opts)
+        return lambda: iter([audio_file_item(path, path.stem)])
+    raise SourceError(
+        f"{path}: unsupported file type {suffix or '(none)'}; give a .parquet file, a .jsonl/.csv "
+        f"manifest, an audio file ({', '.join(sorted(AUDIO_EXTENSIONS))}) or a folder"
+    )
+
+
+def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceItem]]:
+    if any((path / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
+        return lambda: read_dataset_disk(path, opts)
+    parquet = sorted(path.rglob("*.parquet"), key=lambda p: p.relative_to(path).as_posix())
+    if (path / "README.md").is_file() and (parquet or (path / "data").is_dir()):
+        return lambda: read_dataset_hub(str(path), opts, base_dir=path)
+    if parquet:
+        return lambda: (item for f in parquet for item in read_parquet(f, opts))
+    for name in ("metadata.jsonl", "metadata.csv"):
+        manifest = path / name
+        if manifest.is_file():
+            return _plan_file(manifest, opts)
+    if next(walk_audio(path), None) is None:
+        n_files = sum(1 for p in path.rglob("*") if p.is_file())
+        raise SourceError(
+            f"{path}: no Parquet files, dataset or audio files found ({n_files} other files); "
+            f"audio extensions read are {', '.join(sorted(AUDIO_EXTENSIONS))}"
+        )
+    _no_passthrough(path, opts)
+    return lambda: read_audio_folder(path)
+
+
+def _no_passthrough(where: Path, opts: SourceOptions) -> None:
+    if opts.passthrough:
+        raise SourceError(
+            f"{where}: audio files have no columns to pass through ({', '.join(opts.passthrough)}); "
+            f"drop --passthrough or use a manifest/Parquet input"
+        )

@@ -1,0 +1,125 @@
+"""Audio files, folders of them, and manifests that list them (.jsonl, .csv, .tsv)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batchscribe.audio.sources.columns import make_item, resolve_columns
+from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+
+AUDIO_EXTENSIONS = frozenset(
+    {".wav", ".flac", ".ogg", ".oga", ".mp3", ".m4a", ".mp4", ".opus", ".webm", ".aac", ".wma",
+     ".aif", ".aiff"}
+)
+MANIFEST_EXTENSIONS = frozenset({".jsonl", ".csv", ".tsv"})
+# Columns a manifest may name its audio path with, after the configured audio column.
+MANIFEST_PATH_COLUMNS = ("path", "file_name", "file")
+
+
+def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a text manifest; a line that is not UTF-8 raises SourceError naming it."""
+    with path.open("rb") as fh:  # decoded line by line, so the error names the right line
+        for line_no, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise SourceError(
+                    f"{path}:{line_no}: not valid UTF-8 (byte {raw[exc.start:exc.start + 1]!r} at column "
+                    f"{exc.start + 1}); re-save the manifest as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+                ) from exc
+            # A byte-order mark (as spreadsheet exports write) is not part of the first field.
+            yield line_no, line.removeprefix("\ufeff") if line_no == 1 else line
+
+
+def jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for line_no, line in _utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SourceError(f"{path}:{line_no}: not valid JSON ({exc}); fix or remove the line") from exc
+        if not isinstance(row, dict):
+            raise SourceError(f"{path}:{line_no}: expected a JSON object per line, got {type(row).__name__}")
+        if "\\u" in line:  # only a \uXXXX escape can produce a lone surrogate
+            row = _no_surrogates(row)
+        yield line_no, row
+
+
+def _no_surrogates(value: Any) -> Any:
+    """Lone surrogates (a JSON "\\ud800" escape) as literal backslash text.
+
+    They cannot be encoded as UTF-8, so an id or text holding one would make every record shard
+    and manifest line unwritable; the replacement is deterministic, so resumes see the same id.
+    """
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, list):
+        return [_no_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {_no_surrogates(k): _no_surrogates(v) for k, v in value.items()}
+    return value
+
+
+def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    lines = (line for _, line in _utf8_lines(path))
+    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    for row in reader:
+        yield reader.line_num, row
+
+
+def read_manifest(
+    path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions
+) -> Iterator[SourceItem]:
+    base_dir = path.parent
+    candidates = (opts.audio_column, *MANIFEST_PATH_COLUMNS)
+    for line_no, row in rows:
+        audio_col = next((c for c in candidates if c in row), None)
+        if audio_col is None:
+            raise SourceError(
+                f"{path}:{line_no}: no audio path column ({', '.join(candidates)}); "
+                f"available columns: {', '.join(row)}; choose one with --audio-column NAME"
+            )
+        cols = resolve_columns(list(row), opts, f"{path}:{line_no}", audio_column=audio_col)
+        value = row[audio_col]
+        written = value.get("path") if isinstance(value, dict) else value
+        derived = _strip_audio_ext(str(written)) if written else f"{path.stem}:{line_no}"
+        yield make_item(row, cols, derived, base_dir)
+
+
+def _strip_audio_ext(name: str) -> str:
+    stem, dot, ext = name.rpartition(".")
+    return stem if dot and f".{ext.lower()}" in AUDIO_EXTENSIONS else name
+
+
+def walk_audio(folder: Path) -> Iterator[Path]:
+    """Audio files below `folder`, depth first, each folder's entries sorted by name.
+
+    A walk rather than one sorted listing, so a folder of millions of files costs memory for
+    one directory's names at a time. Symlinked folders are not followed (no cycles).
+    """
+    with os.scandir(folder) as scan:
+        entries = sorted(scan, key=lambda e: e.name)
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from walk_audio(Path(entry.path))
+        elif Path(entry.name).suffix.lower() in AUDIO_EXTENSIONS and (entry.is_file() or entry.is_symlink()):
+            # A dangling link is yielded too: it becomes an error record naming it, not a gap.
+            yield Path(entry.path)
+
+
+def audio_file_item(path: Path, item_id: str) -> SourceItem:
+    # A sidecar `<name>.txt` next to the audio holds its reference transcript when present.
+    sidecar = path.with_suffix(".txt")
+    text = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else None
+    return SourceItem(id=item_id, audio_bytes=None, path=str(path), text=text, extra={})
+
+
+def read_audio_folder(folder: Path) -> Iterator[SourceItem]:
+    for path in walk_audio(folder):
+        yield audio_file_item(path, path.relative_to(folder).with_suffix("").as_posix())

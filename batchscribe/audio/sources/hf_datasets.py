@@ -1,0 +1,71 @@
+"""Hugging Face datasets: `save_to_disk` folders, hub-style folders and hub ids, rows undecoded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from batchscribe.audio.sources.columns import Columns, make_item, resolve_columns
+from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+
+
+def read_dataset_disk(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
+    import datasets
+
+    try:
+        loaded = datasets.load_from_disk(str(path))
+    except (OSError, ValueError, FileNotFoundError) as exc:
+        raise SourceError(f"{path}: not a readable save_to_disk folder ({exc})") from exc
+    split, dataset = _pick_split(loaded, opts, str(path))
+    yield from _read_dataset_rows(dataset, opts, str(path), split, path)
+
+
+def read_dataset_hub(name: str, opts: SourceOptions, base_dir: Path | None = None) -> Iterator[SourceItem]:
+    import datasets
+
+    try:
+        loaded = datasets.load_dataset(name, opts.config, split=opts.split, streaming=opts.streaming)
+    except Exception as exc:  # datasets raises many types (hub, network, config, builder errors)
+        local = "" if base_dir is not None else "; it is not a local path either"
+        raise SourceError(
+            f"could not load {name!r} as a Hugging Face dataset ({type(exc).__name__}: {exc}){local}; "
+            f"check the name, --config and --split"
+        ) from exc
+    split, dataset = _pick_split(loaded, opts, name)
+    yield from _read_dataset_rows(dataset, opts, name, split, base_dir)
+
+
+def _pick_split(loaded: Any, opts: SourceOptions, where: str) -> tuple[str, Any]:
+    """A DatasetDict -> the requested (or only) split; a single dataset is returned as is."""
+    if not hasattr(loaded, "keys"):
+        return str(opts.split or getattr(loaded, "split", None) or "train"), loaded
+    splits = list(loaded.keys())
+    if opts.split is not None:
+        if opts.split not in splits:
+            raise SourceError(
+                f"{where}: no split {opts.split!r}; available splits: {', '.join(splits)}; use --split NAME"
+            )
+        return opts.split, loaded[opts.split]
+    if len(splits) != 1:
+        raise SourceError(f"{where}: has splits {', '.join(splits)}; choose one with --split NAME")
+    return splits[0], loaded[splits[0]]
+
+
+def _read_dataset_rows(
+    dataset: Any, opts: SourceOptions, where: str, split: str, base_dir: Path | None
+) -> Iterator[SourceItem]:
+    from datasets import Audio
+
+    features = dataset.features
+    cols: Columns | None = None
+    if features is not None:
+        cols = resolve_columns(list(features), opts, where)
+        dataset = dataset.select_columns(cols.needed)
+        if isinstance(features[cols.audio], Audio):
+            # Undecoded: {bytes, path}. We decode ourselves, in worker processes.
+            dataset = dataset.cast_column(cols.audio, Audio(decode=False))
+    for row_index, row in enumerate(dataset):
+        if cols is None:  # a streamed dataset whose features are unknown: check the first row
+            cols = resolve_columns(list(row), opts, where)
+        yield make_item(row, cols, f"{split}:{row_index}", base_dir)

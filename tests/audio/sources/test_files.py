@@ -1,0 +1,73 @@
+"""Audio files, audio folders and manifests written from the reference rows with plain file writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from batchscribe.audio.sources import SourceError, SourceItem, SourceOptions, iter_source
+from tests.audio.sources.rows import assert_same_rows, payload
+
+
+def test_audio_folder(flac_folder: Path, reference: list[dict]) -> None:
+    items = list(iter_source([str(flac_folder)], SourceOptions()))
+    # Derived ids are relative paths without the extension, walked in name order (the speaker
+    # folders are all digits, so that is plain sorted order); non-audio is skipped.
+    expected = sorted(f"{r['speaker_id']}/{r['id']}" for r in reference)
+    assert [i.id for i in items] == expected
+    by_id = {r["id"]: r for r in reference}
+    for item in items:
+        row = by_id[item.id.split("/")[-1]]
+        assert item.text == row["text"]  # from the sidecar .txt
+        assert item.audio_bytes is None and payload(item) == row["audio"]["bytes"]
+
+
+def test_jsonl_manifest(flac_folder: Path, reference: list[dict]) -> None:
+    manifest = flac_folder / "manifest.jsonl"
+    with manifest.open("w") as fh:
+        for row in reference:
+            rel = f"{row['speaker_id']}/{row['id']}.flac"  # relative to the manifest's folder
+            fh.write(json.dumps({"id": row["id"], "path": rel, "text": row["text"]}) + "\n")
+    assert_same_rows(list(iter_source([str(manifest)], SourceOptions())), reference)
+
+
+def test_csv_manifest_derived_ids(flac_folder: Path, reference: list[dict]) -> None:
+    manifest = flac_folder / "list.csv"
+    lines = ["file_name,text"] + [f"{r['speaker_id']}/{r['id']}.flac,{r['text']}" for r in reference[:5]]
+    manifest.write_text("\n".join(lines) + "\n")
+    items = list(iter_source([str(manifest)], SourceOptions()))
+    assert [i.id for i in items] == [f"{r['speaker_id']}/{r['id']}" for r in reference[:5]]
+    assert [payload(i) for i in items] == [r["audio"]["bytes"] for r in reference[:5]]
+
+
+def test_manifest_without_path_column(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"wav_file": "a.wav", "id": "a"}) + "\n")
+    with pytest.raises(SourceError, match=r"m.jsonl:1: no audio path column.*available columns: wav_file, id.*--audio-column"):
+        list(iter_source([str(manifest)], SourceOptions()))
+    items = list(iter_source([str(manifest)], SourceOptions(audio_column="wav_file")))
+    assert items == [SourceItem("a", None, str(tmp_path / "a.wav"), None, {})]
+
+
+def test_unreadable_audio_is_an_item_not_an_error(tmp_path: Path) -> None:
+    (tmp_path / "broken.wav").write_bytes(b"RIFF....garbage")
+    assert [i.id for i in iter_source([str(tmp_path)], SourceOptions())] == ["broken"]
+
+
+def test_audiofolder_metadata_and_single_file(tmp_path: Path, reference: list[dict]) -> None:
+    # The datasets `audiofolder` convention: metadata.jsonl with file_name beside the audio.
+    for row in reference[:3]:
+        (tmp_path / f"{row['id']}.flac").write_bytes(row["audio"]["bytes"])
+    (tmp_path / "metadata.jsonl").write_text(
+        "".join(json.dumps({"file_name": f"{r['id']}.flac", "text": r["text"], "spk": r["speaker_id"]}) + "\n"
+                for r in reference[:3])
+    )
+    items = list(iter_source([str(tmp_path)], SourceOptions(passthrough=("spk",))))
+    assert [(i.id, i.text, i.extra) for i in items] == [
+        (r["id"], r["text"], {"spk": r["speaker_id"]}) for r in reference[:3]
+    ]
+    assert [payload(i) for i in items] == [r["audio"]["bytes"] for r in reference[:3]]
+    single = list(iter_source([str(tmp_path / f"{reference[0]['id']}.flac")], SourceOptions()))
+    assert [(i.id, payload(i)) for i in single] == [(reference[0]["id"], reference[0]["audio"]["bytes"])]

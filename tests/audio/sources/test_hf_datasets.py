@@ -1,0 +1,53 @@
+"""Hugging Face datasets (save_to_disk folders, hub-style folders, hub ids), built with `datasets`
+from the reference Parquet file: the same ids, texts and audio bytes."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from batchscribe.audio.sources import SourceError, SourceOptions, iter_source
+from tests.audio.sources.rows import assert_same_rows
+
+
+def test_save_to_disk_folder(tmp_path: Path, parquet_path: Path, reference: list[dict]) -> None:
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_parquet(str(parquet_path), cache_dir=str(tmp_path / "cache"))
+    ds.save_to_disk(str(tmp_path / "disk"))
+    assert_same_rows(list(iter_source([str(tmp_path / "disk")], SourceOptions())), reference)
+
+
+def test_save_to_disk_dataset_dict_needs_split(tmp_path: Path, parquet_path: Path, reference: list[dict]) -> None:
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_parquet(str(parquet_path), cache_dir=str(tmp_path / "cache"))
+    datasets.DatasetDict({"test": ds, "other": ds.select(range(3))}).save_to_disk(str(tmp_path / "dd"))
+    with pytest.raises(SourceError, match=r"splits test, other; choose one with --split"):
+        list(iter_source([str(tmp_path / "dd")], SourceOptions()))
+    items = list(iter_source([str(tmp_path / "dd")], SourceOptions(split="test")))
+    assert_same_rows(items, reference)
+
+
+def test_hub_style_folder(tmp_path: Path, parquet_path: Path, reference: list[dict]) -> None:
+    pytest.importorskip("datasets")
+    (tmp_path / "hub" / "data").mkdir(parents=True)
+    shutil.copy(parquet_path, tmp_path / "hub" / "data" / "train-00000-of-00001.parquet")
+    (tmp_path / "hub" / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: data/train-*\n---\n# LibriSpeech test-other subset\n"
+    )
+    assert_same_rows(list(iter_source([str(tmp_path / "hub")], SourceOptions())), reference)
+
+
+def test_unknown_hub_id_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> None:
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub.constants
+
+    # Offline, so the test does not wait on network retries; the hub answers "unreachable".
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    plan = iter_source(["someone/no-such-dataset"], SourceOptions())  # a hub id: nothing read yet
+    with pytest.raises(SourceError, match=r"could not load 'someone/no-such-dataset' as a Hugging Face "
+                                          r"dataset .*it is not a local path either.*--config and --split"):
+        next(plan)
