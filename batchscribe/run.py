@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,24 +21,20 @@ import numpy as np
 
 import batchscribe
 from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
-from batchscribe.config import ConfigError, DecodeOptions
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
+from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
 from batchscribe.output.resume import (
     OutputState,
+    check_engine_identity,
     check_run_config,
     open_output,
     output_prefix,
     summary_name,
     write_run_config,
 )
-from batchscribe.output.writers import (
-    CORE_FIELDS,
-    FORMATS,
-    OutputFormat,
-    ShardWriter,
-    hostname,
-    package_versions,
-    write_summary,
-)
+from batchscribe.output.verbose_json import make_error_record
+from batchscribe.output.writers import ShardWriter, hostname, package_versions, write_summary
+from batchscribe.sink import ProgressCallback, RunProgress, Sink
 
 
 class TooManyErrors(RuntimeError):
@@ -47,7 +42,17 @@ class TooManyErrors(RuntimeError):
 
 
 class TranscriberLike(Protocol):
-    model_info: Any
+    """What `run` needs of a transcriber (api.Transcriber; a stand-in in plumbing tests)."""
+
+    n_slots: int  # windows decoded together: sizes the decode queue on a GPU
+
+    def describe(self) -> dict[str, Any]:
+        """{"model": ..., "engine": ..., "identity": what changes records (the resume check)}"""
+        ...
+
+    def host_allocator(self) -> Callable[[int], np.ndarray] | None:
+        """Pinned memory for decode threads to decode into, or None."""
+        ...
 
     def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]: ...
 
@@ -55,11 +60,7 @@ class TranscriberLike(Protocol):
 @dataclass(frozen=True)
 class RunOptions:
     model: str = "tiny.en"
-    device: str = "auto"
-    dtype: str | None = None
-    batch_size: int | None = None  # decoder slots; None: the transcriber's default for the device
-    attention: str = "auto"  # EngineOptions.attention
-    cross_kv: str = "auto"  # EngineOptions.cross_kv
+    engine: EngineOptions = field(default_factory=EngineOptions)  # device, dtype, slots, kernels, graphs
     cache_dir: Path | None = None
     decode: DecodeOptions = field(default_factory=DecodeOptions)
     source: SourceOptions = field(default_factory=SourceOptions)
@@ -95,23 +96,6 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
-class RunProgress:
-    """Counts for this session; `total` is the expected item count when it is known cheaply."""
-
-    done: int
-    ok: int
-    errors: int
-    skipped: int  # already committed by an earlier run
-    audio_seconds: float
-    elapsed_s: float
-    total: int | None
-
-    @property
-    def rtfx(self) -> float:
-        return self.audio_seconds / self.elapsed_s if self.elapsed_s > 0 else 0.0
-
-
-@dataclass(frozen=True)
 class RunResult:
     output_dir: Path
     summary: dict[str, Any]
@@ -119,15 +103,12 @@ class RunResult:
 
 
 TranscriberFactory = Callable[[RunOptions], TranscriberLike]
-ProgressCallback = Callable[[RunProgress], None]
 
 
 def default_transcriber(opts: RunOptions) -> TranscriberLike:
     from batchscribe.api import Transcriber
 
-    return Transcriber(model=opts.model, device=opts.device, dtype=opts.dtype,
-                       batch_size=opts.batch_size, cache_dir=opts.cache_dir, decode=opts.decode,
-                       attention=opts.attention, cross_kv=opts.cross_kv)  # fmt: skip
+    return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
 
 
 def run_config(inputs: Sequence[str], opts: RunOptions) -> dict[str, Any]:
@@ -151,6 +132,23 @@ def _canonical_input(inp: str) -> str:
     return str(path.resolve()) if path.exists() else inp
 
 
+@dataclass(frozen=True)
+class _DecodePlan:
+    """How audio reaches the model, decided once before the model loads: on CUDA, decode threads
+    (no copy between processes; a read-ahead thread keeps the engine's thread free to launch), on
+    the CPU processes (a crashing decoder costs one item)."""
+
+    on_cuda: bool
+    threads: bool
+
+    @classmethod
+    def for_run(cls, opts: RunOptions) -> _DecodePlan:
+        from batchscribe.engine.setup import resolve_device
+
+        on_cuda = resolve_device(opts.engine.device).type == "cuda"
+        return cls(on_cuda, on_cuda if opts.decode_threads is None else opts.decode_threads)
+
+
 def run(
     inputs: Sequence[str],
     output_dir: Path | str,
@@ -169,27 +167,29 @@ def run(
     state = open_output(output_dir, opts.format, prefix, overwrite=opts.overwrite)
     config = run_config(inputs, opts)
     check_run_config(output_dir, config)
-    source = dataclasses.replace(opts.source, audio_views=_threads_expected(opts))
+    plan = _DecodePlan.for_run(opts)
+    # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
+    source = dataclasses.replace(opts.source, audio_views=plan.threads)
     items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
     load_start = time.monotonic()
     transcriber = (transcriber_factory or default_transcriber)(opts)
     load_seconds = time.monotonic() - load_start
-    model_info = _jsonable(getattr(transcriber, "model_info", None))
-    write_run_config(output_dir, {**config, "model_info": model_info})
-
+    described = _jsonable(transcriber.describe())
+    check_engine_identity(output_dir, described.get("identity"))
+    write_run_config(output_dir, {**config, "engine": described.get("identity"), "model_info": described.get("model")})
     writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
-                         opts.commit_seconds, on_commit=state.on_commit)
-    sink = _Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source),
-                 progress, load_seconds)
+                         opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
+    sink = Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source), progress,
+                load_seconds)  # fmt: skip
     status = "interrupted"
     try:
-        _pipeline(items, transcriber, sink, opts)
+        _pipeline(items, transcriber, sink, opts, plan)
         status = "stopped: too many errors" if sink.stop else "complete"
     finally:
         try:
             writer.flush()  # finished records are valid whatever stopped the run
         finally:
-            summary = _summary(inputs, opts, state, sink, model_info, start_wall, start_time, status)
+            summary = _summary(inputs, opts, state, sink, described, start_wall, start_time, status)
             write_summary(output_dir, summary, summary_name(prefix))
     if sink.stop:
         raise TooManyErrors(
@@ -200,18 +200,6 @@ def run(
     return RunResult(output_dir, summary, tuple(writer.committed))
 
 
-def _threads_expected(opts: RunOptions) -> bool:
-    """Will decoding run in threads of this process (as `_pipeline` decides, before the model is
-    loaded)? A wrong guess costs only speed or memory: decode processes copy views anyway."""
-    if opts.decode_threads is not None:
-        return opts.decode_threads
-    if opts.device == "auto":
-        import torch
-
-        return torch.cuda.is_available()
-    return opts.device.startswith("cuda")
-
-
 def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
     """Read the first item now, so a missing path or column fails before a model is loaded."""
     first = next(items, None)
@@ -220,31 +208,33 @@ def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
     return itertools.chain([first], items)
 
 
-def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _Sink,
-              opts: RunOptions) -> None:
+def _decoded(todo: Iterator[SourceItem], transcriber: TranscriberLike, opts: RunOptions,
+             plan: _DecodePlan) -> Iterator[Any]:  # fmt: skip
+    """The decode pool's stream of DecodedItems, set up for the plan."""
     from batchscribe.audio.pool import decode_stream, read_ahead
 
-    todo = sink.skip_completed(items)
-    pool_kwargs: dict[str, Any] = {}
+    pool_kwargs: dict[str, Any] = {"threads": plan.threads}
     if opts.workers is not None:
         pool_kwargs["workers"] = opts.workers
-    on_gpu = "cuda" in str(getattr(getattr(transcriber, "model_info", None), "device", ""))
-    slots = getattr(transcriber, "n_slots", 0)
     if opts.prefetch is not None:
         pool_kwargs["prefetch"] = opts.prefetch
-    elif on_gpu:
-        pool_kwargs["prefetch"] = max(64, 2 * slots)  # keep every slot fed between admissions
-    pool_kwargs["threads"] = on_gpu if opts.decode_threads is None else opts.decode_threads
-    host_allocator = getattr(transcriber, "host_allocator", None)
-    if opts.pinned_arena is not False and on_gpu and pool_kwargs["threads"] and callable(host_allocator):
-        allocate = host_allocator()
+    elif plan.on_cuda:
+        pool_kwargs["prefetch"] = max(64, 2 * transcriber.n_slots)  # keep every slot fed between admissions
+    if opts.pinned_arena is not False and plan.on_cuda and plan.threads:
+        allocate = transcriber.host_allocator()
         if allocate is not None:  # decode threads decode straight into pinned memory
             from batchscribe.audio.decode import decode_audio
 
             pool_kwargs["decoder"] = functools.partial(decode_audio, allocate=allocate)
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
-    if on_gpu:
-        decoded = read_ahead(decoded, depth=max(64, slots))  # the engine thread only admits and steps
+    if plan.on_cuda:
+        decoded = read_ahead(decoded, depth=max(64, transcriber.n_slots))  # the engine thread only admits and steps
+    return decoded
+
+
+def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
+              plan: _DecodePlan) -> None:  # fmt: skip
+    decoded = _decoded(sink.skip_completed(items), transcriber, opts, plan)
     pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
 
     def feed() -> Iterator[tuple[str, np.ndarray]]:
@@ -267,7 +257,7 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: _
     for item_id, (text, extra) in pending.items():
         # Never lose an id: a transcriber that drops one yields an error record, not a gap.
         sink.add(_error_record(item_id, "the transcriber returned no record for this item "
-                                        "(internal error); please report it", text, extra))
+                                        "(internal error); please report it", text, extra))  # fmt: skip
 
 
 def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
@@ -280,58 +270,7 @@ def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict
 
 
 def _error_record(item_id: str, error: str, text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
-    return _merge({"id": item_id, "error": error, "duration": None}, text, extra)
-
-
-class _Sink:
-    """Counts, writes and reports records; decides when --max-errors stops the run."""
-
-    def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
-                 start: float, total: int | None, progress: ProgressCallback | None,
-                 load_seconds: float = 0.0) -> None:
-        self.writer, self.state, self.max_errors = writer, state, max_errors
-        self.start, self.total, self.progress = start, total, progress
-        self.load_seconds = load_seconds
-        self.prior_errors = int(state.totals()["errors"])
-        self.done = self.ok = self.errors = self.skipped = 0
-        self.audio_seconds = 0.0
-        self.stop = False
-        self._lock = threading.Lock()
-
-    @property
-    def total_errors(self) -> int:
-        return self.prior_errors + self.errors
-
-    def skip_completed(self, items: Iterable[SourceItem]) -> Iterator[SourceItem]:
-        completed = self.state.completed
-        for item in items:
-            if self.stop:
-                return
-            if item.id in completed:
-                self.skipped += 1
-                continue
-            yield item
-
-    def add(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            self.writer.add(record)
-            self.done += 1
-            if record.get("error") is None:
-                self.ok += 1
-            else:
-                self.errors += 1
-                if self.max_errors is not None and self.total_errors > self.max_errors:
-                    self.stop = True
-            if isinstance(record.get("duration"), (int, float)):
-                self.audio_seconds += float(record["duration"])
-            snapshot = self.snapshot() if self.progress is not None else None
-        if snapshot is not None:
-            self.progress(snapshot)
-
-    def snapshot(self) -> RunProgress:
-        total = None if self.total is None else max(self.total - self.skipped, self.done)
-        return RunProgress(self.done, self.ok, self.errors, self.skipped, self.audio_seconds,
-                           time.monotonic() - self.start, total)
+    return _merge(make_error_record(item_id, error), text, extra)
 
 
 def _estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
@@ -356,8 +295,8 @@ def _estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
     return count if src.limit is None else min(count, src.limit)
 
 
-def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: _Sink,
-             model_info: Any, start_wall: float, start_time: str, status: str) -> dict[str, Any]:
+def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: Sink,
+             described: dict[str, Any], start_wall: float, start_time: str, status: str) -> dict[str, Any]:
     totals = state.totals()
     wall = time.monotonic() - start_wall
     session_seconds = sink.audio_seconds
@@ -381,11 +320,11 @@ def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: 
                                       if wall > sink.load_seconds else 0.0),
         "start_time": start_time,
         "end_time": _now(),
-        "model": {"name": opts.model, "info": model_info},
+        "model": {"name": opts.model, "info": described.get("model")},
+        "engine": described.get("engine"),  # as resolved: device, dtype, kernels, slots, graphs
         "options": {
             "decode": dataclasses.asdict(opts.decode),
-            "device": opts.device, "dtype": opts.dtype, "batch_size": opts.batch_size,
-            "attention": opts.attention, "cross_kv": opts.cross_kv,
+            "engine": dataclasses.asdict(opts.engine),  # as asked for
             "format": opts.format, "workers": opts.workers, "max_errors": opts.max_errors,
             "source": {**dataclasses.asdict(opts.source), "passthrough": list(opts.source.passthrough)},
         },

@@ -14,6 +14,7 @@ import pytest
 import soundfile as sf
 
 from batchscribe.audio.sources import SourceOptions
+from batchscribe.config import EngineOptions
 from batchscribe.output.resume import ResumeConflictError
 from batchscribe.output.writers import read_shard
 from batchscribe.run import RunOptions, TooManyErrors, run
@@ -24,11 +25,17 @@ DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
 class FakeTranscriber:
     """Stands in for the model in plumbing tests only: echoes the sample count, out of order."""
 
-    model_info = {"name": "fake"}
+    n_slots = 2
 
     def __init__(self, fail_after: int | None = None) -> None:
         self.fail_after = fail_after
         self.seen: list[str] = []
+
+    def describe(self) -> dict[str, Any]:
+        return {"model": {"name": "fake"}, "engine": {"device": "cpu"}, "identity": {"dtype": "fake"}}
+
+    def host_allocator(self) -> None:
+        return None
 
     def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
         batch: list[tuple[str, np.ndarray]] = []
@@ -178,7 +185,7 @@ def test_demo_end_to_end_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     from batchscribe.eval.normalize import get_normalizer
 
     result = run([str(DEMO / "manifest.jsonl")], tmp_path / "out",
-                 RunOptions(model=str(tiny_en_dir), device="cpu", workers=0))
+                 RunOptions(model=str(tiny_en_dir), engine=EngineOptions(device="cpu"), workers=0))
     records = read_all(tmp_path / "out")
     assert len(records) == 3 and result.summary["errors"] == 0
     norm = get_normalizer("english")
@@ -194,7 +201,7 @@ def test_librispeech_parquet_real_model(tmp_path: Path, tiny_en_dir: Path, share
     from openai.types.audio import TranscriptionVerbose
 
     src = shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet"
-    run([str(src)], tmp_path / "out", RunOptions(model=str(tiny_en_dir), device="cpu",
+    run([str(src)], tmp_path / "out", RunOptions(model=str(tiny_en_dir), engine=EngineOptions(device="cpu"),
                                                  format="parquet", workers=1,
                                                  source=SourceOptions(passthrough=("speaker_id",))))
     records = read_all(tmp_path / "out")

@@ -95,7 +95,7 @@ class Tokenizer:
         if not file.is_file():
             raise TokenizerError(
                 f"{file} does not exist; pass a Hugging Face Whisper model folder "
-                "(convert CTranslate2 folders with batchscribe.model.loading.resolve_model)"
+                "(convert CTranslate2 folders with batchscribe.weights.resolve_model)"
             )
         data = json.loads(file.read_text(encoding="utf-8"))
         _restore_missing_merges(data)
@@ -119,8 +119,8 @@ class Tokenizer:
         if first is None:
             raise TokenizerError(
                 f"{self._source} lacks the timestamp tokens <|0.00|>..<|30.00|>; CTranslate2 "
-                "packages ship it that way: load the model through batchscribe.model.loading "
-                "(it adds the 1501 tokens after <|notimestamps|>)"
+                "packages ship it that way: load the model through batchscribe.weights.resolve_model "
+                "(loading converts it and adds the 1501 tokens after <|notimestamps|>)"
             )
         # The logit rules treat every id >= timestamp_begin as a timestamp: they must be contiguous.
         if last != first + _N_TIMESTAMPS - 1:

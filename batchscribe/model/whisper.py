@@ -10,13 +10,13 @@ in Python on a tensor value, so the step can be captured in a CUDA graph.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from batchscribe.model.attention import AttentionBackend, SdpaBackend
+from batchscribe.attention.base import AttentionBackend
+from batchscribe.attention.sdpa import SdpaBackend
+from batchscribe.model.cache import DecoderCache, to_cache_dtype
 from batchscribe.model.dims import ModelDims
 
 
@@ -106,64 +106,6 @@ class TextDecoder(nn.Module):
         self.layer_norm = nn.LayerNorm(d)
 
 
-@dataclass
-class DecoderCache:
-    """Static per-slot K/V buffers, one tensor per layer, in FlashInfer's paged layouts with one page
-    per slot: self-attention NHD; cross-attention NHD or, with `cross_hnd`, HND (heads first: each
-    row's head reads its 1500 frames as one contiguous run). Lives on the model's device."""
-
-    self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
-    self_v: list[torch.Tensor]
-    # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]; HND: [n_slots, n_head, n_audio_ctx, head_dim]
-    cross_k: list[torch.Tensor]
-    cross_v: list[torch.Tensor]
-    cross_hnd: bool = False
-
-    @classmethod
-    def allocate(
-        cls,
-        dims: ModelDims,
-        n_slots: int,
-        device: torch.device | str,
-        dtype: torch.dtype,
-        cross_dtype: torch.dtype | None = None,  # e.g. torch.float8_e4m3fn; None: dtype
-        cross_hnd: bool = False,
-    ) -> "DecoderCache":
-        head_dim = dims.n_text_state // dims.n_text_head
-        self_shape = (n_slots, dims.n_text_ctx, dims.n_text_head, head_dim)
-        cross_shape = (n_slots, dims.n_audio_ctx, dims.n_text_head, head_dim)
-        if cross_hnd:
-            cross_shape = (n_slots, dims.n_text_head, dims.n_audio_ctx, head_dim)
-
-        def make(shape: tuple[int, ...], kind: torch.dtype) -> list[torch.Tensor]:
-            return [torch.zeros(shape, device=device, dtype=kind) for _ in range(dims.n_text_layer)]
-
-        cross = cross_dtype or dtype
-        return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross),
-                   cross_hnd)  # fmt: skip
-
-    @property
-    def n_slots(self) -> int:
-        return self.self_k[0].shape[0]
-
-    @staticmethod
-    def bytes_per_slot(dims: ModelDims, dtype: torch.dtype, cross_dtype: torch.dtype | None = None) -> int:
-        def size(kind: torch.dtype) -> int:
-            return torch.empty((), dtype=kind).element_size()
-
-        per_layer = 2 * dims.n_text_state * (dims.n_text_ctx * size(dtype) + dims.n_audio_ctx * size(cross_dtype or dtype))
-        return per_layer * dims.n_text_layer
-
-
-def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Cast projected K/V to the cache's dtype. fp8 (e4m3) has no infinity: values beyond its
-    range would become NaN, so they saturate instead (scale 1.0, as vLLM's uncalibrated fp8 cache)."""
-    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
-        limit = torch.finfo(dtype).max
-        x = x.clamp(-limit, limit)
-    return x.to(dtype)
-
-
 class Whisper(nn.Module):
     def __init__(self, dims: ModelDims):
         super().__init__()
@@ -196,7 +138,7 @@ class Whisper(nn.Module):
         backend: AttentionBackend | None = None,
         upcast: bool = True,
     ) -> torch.Tensor:  # [B, n_vocab] logits for the token after `positions`: float32 if upcast, else the model's dtype
-        backend = backend or (_SDPA_HND if cache.cross_hnd else _SDPA)
+        backend = backend or SdpaBackend(cross_hnd=cache.cross_hnd)
         dec = self.decoder
         x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
         index = (torch.arange(tokens.shape[0], device=tokens.device) if slots is None else slots, positions)
@@ -235,6 +177,3 @@ class Whisper(nn.Module):
                 f"unexpected {unexpected[:5]}; is it a Whisper checkpoint in Hugging Face format?"
             )
 
-
-_SDPA = SdpaBackend()
-_SDPA_HND = SdpaBackend(cross_hnd=True)

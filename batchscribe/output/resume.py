@@ -26,6 +26,7 @@ RUN_CONFIG_NAME = "run_config.json"
 # Keys of run_config.json that must match for a run to continue a directory. Device, batch size,
 # workers and limit may change between runs: they do not change what a record says.
 IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "source_options", "num_shards")
+ENGINE_KEY = "engine"  # the resolved engine's identity (engine/setup.EngineConfig.identity)
 
 
 class OutputDirError(OSError):
@@ -212,20 +213,37 @@ def has_records(directory: Path) -> bool:
 
 def check_run_config(directory: Path, config: dict[str, Any]) -> None:
     """Refuse to continue a directory whose records were made with other settings."""
+    previous = _previous_config(directory)
+    if previous is None:
+        return
+    _refuse_differences(directory, [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS])
+
+
+def check_engine_identity(directory: Path, identity: Any) -> None:
+    """The same for the engine's resolved identity (dtype and kernels change tokens), checked once
+    the model is loaded. Directories written before the engine joined the identity lack the key."""
+    previous = _previous_config(directory)
+    if previous is None or ENGINE_KEY not in previous:
+        return
+    _refuse_differences(directory, [(ENGINE_KEY, previous[ENGINE_KEY], identity)])
+
+
+def _previous_config(directory: Path) -> dict[str, Any] | None:
+    """The run_config.json of an earlier run that committed records, or None."""
     path = Path(directory) / RUN_CONFIG_NAME
     if not path.exists() or not has_records(directory):
-        return
+        return None
     try:
-        previous = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise ResumeConflictError(
             f"{path} is not valid JSON ({exc}); pass --overwrite to start this directory afresh"
         ) from exc
-    diffs = [
-        f"  {key}: before {json.dumps(previous.get(key))}, now {json.dumps(config.get(key))}"
-        for key in IDENTITY_KEYS
-        if _canon(previous.get(key)) != _canon(config.get(key))
-    ]
+
+
+def _refuse_differences(directory: Path, pairs: list[tuple[str, Any, Any]]) -> None:
+    diffs = [f"  {key}: before {json.dumps(before)}, now {json.dumps(now)}"
+             for key, before, now in pairs if _canon(before) != _canon(now)]  # fmt: skip
     if diffs:
         raise ResumeConflictError(
             f"{directory} already holds records from a run with different settings:\n"

@@ -1,17 +1,16 @@
 """Decoder self-attention of one query per row over that row's own length, as a Triton kernel.
 
-The self-attention cache is `[n_slots, n_text_ctx, n_head, head_dim]` per layer (DecoderCache), and
-row i of a step is slot i. Each (row, head) program reads positions 0..position of its slot (its
-head's 64-value pieces, strided by n_head * head_dim) with an online softmax in fp32, looping only as
-far as that row's length: a large-v3 step at 512 rows and ~70 positions reads ~180 MB per layer, and
-the loop stops there instead of at the cache's 448. Small batches split the positions over several
-programs (flash-decoding; a split past a row's length reads nothing) and `triton_cross`'s merge
-kernel combines the partial softmaxes, so a few rows with long lengths still spread over the SMs.
+The self-attention cache is `[n_slots, n_text_ctx, n_head, head_dim]` per layer, and row i of a
+step is slot i. Each (row, head) program reads positions 0..position of its slot (its head's
+head_dim-value pieces, strided by n_head * head_dim) with an online softmax in fp32, looping only as
+far as that row's length instead of the cache's 448. Small batches split the positions over several
+programs (flash-decoding; a split past a row's length reads nothing) and `triton_common.merge_splits`
+combines the partial softmaxes, so a few rows with long lengths still spread over the SMs.
 
 Given the decoder's `running` flags, finished and free rows (which keep their last position until
 the slot is reused) read one position: finite, unused. Nothing here syncs with the host or allocates
 outside the caller's stream, so a step that calls it can be captured in a CUDA graph once it has run
-eagerly for that batch size (FlashInferBackend.prepare does).
+eagerly for that batch size (`TritonSelf.prepare`).
 """
 
 from __future__ import annotations
@@ -21,23 +20,19 @@ from dataclasses import dataclass
 
 import torch
 
-from batchscribe.model import triton_cross
-from batchscribe.model.triton_cross import LOG2E, split_for, triton_available
+from batchscribe.attention.triton_common import LOG2E, merge_splits, split_buffers, triton_available
 
 if triton_available():
     import triton
     import triton.language as tl
 
-    from batchscribe.model.triton_cross import online_softmax_block, store_partial
+    from batchscribe.attention.triton_common import online_softmax_block, store_partial
 
 
 @dataclass(frozen=True)
 class SelfConfig:
-    """Launch shape, chosen by measurement on the H200 (benchmarks/self_kernels.py, under CUDA graphs;
-    docs/GPU_NOTES.md): one warp per (row, head) with 32-position blocks. Per large-v3 layer at 512
-    rows: 50 us at ~70 positions against FlashInfer's 92 (64-position blocks: 63, 4 warps: 92),
-    127-269 against 137-272 at 200-440; at 8 rows (split 7) 6-10 us against 8-12. Slower than
-    FlashInfer only for 64 rows of mixed lengths up to 448 (37 against 25)."""
+    """Launch shape, chosen by measurement (benchmarks/self_kernels.py under CUDA graphs;
+    docs/GPU_NOTES.md has the table): one warp per (row, head) with 32-position blocks."""
 
     block_n: int = 32  # positions per loop iteration
     num_warps: int = 1
@@ -97,14 +92,7 @@ def self_attention(
         raise ValueError("K and V caches must share strides with contiguous head_dim")
     out = torch.empty_like(q)
     # Splits by the cache's length (lengths stay on the device: no sync, one graph per bucket).
-    split = split_for(n_rows, n_head, n_ctx, config)
-    chunk = math.ceil(math.ceil(n_ctx / split) / config.block_n) * config.block_n
-    split = math.ceil(n_ctx / chunk)
-    if split > 1:
-        acc = torch.empty((n_rows, n_head, split, head_dim), dtype=torch.float32, device=q.device)
-        ml = torch.empty((n_rows, n_head, split, 2), dtype=torch.float32, device=q.device)
-    else:
-        acc = ml = out  # unused by the kernel when SPLIT == 1
+    split, chunk, acc, ml = split_buffers(out, n_ctx, config)
     _self_partial[(n_rows, n_head, split)](
         q, k_cache, v_cache, out, acc, ml, lengths, lengths if live is None else live,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -113,5 +101,5 @@ def self_attention(
         num_warps=config.num_warps,
     )  # fmt: skip
     if split > 1:
-        triton_cross.merge_splits(acc, ml, out, split)
+        merge_splits(acc, ml, out, split)
     return out

@@ -1,0 +1,148 @@
+"""The one list of attention kernels: what each needs, how "auto" and "SELF/CROSS" resolve, and how
+a backend is built from the result.
+
+Each attention kind gets its own kernel, chosen by measurement (docs/GPU_NOTES.md): SDPA is the
+reference and the CPU path; on CUDA in fp16/bf16, "auto" picks batchscribe's Triton self-attention
+kernel (each row loops over its own length) and FlashInfer's decode over a heads-first cross cache,
+or the Triton cross kernel when the cross cache is fp8. A kernel whose package is missing falls back
+to the next: Triton without FlashInfer, FlashInfer without Triton, SDPA without either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from batchscribe.attention.base import AttentionBackend, CrossKernel, SelfKernel
+from batchscribe.attention.names import AUTO_CROSS, AUTO_SELF, CROSS_KERNELS, SELF_KERNELS, Kernel
+from batchscribe.attention.sdpa import SdpaCross, SdpaSelf
+from batchscribe.config import ConfigError
+
+
+def package_available(package: str) -> bool:
+    if package == "triton":
+        from batchscribe.attention.triton_common import triton_available
+
+        return triton_available()
+    from batchscribe.attention.flashinfer import flashinfer_available
+
+    return flashinfer_available()
+
+
+@dataclass(frozen=True)
+class AttentionPlan:
+    """Which kernel runs each attention kind, and the cross-attention cache's dtype."""
+
+    self_kernel: str = "sdpa"
+    cross_kernel: str = "sdpa"
+    cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
+
+    def __post_init__(self) -> None:
+        for kind, name, known in (("self", self.self_kernel, SELF_KERNELS), ("cross", self.cross_kernel, CROSS_KERNELS)):
+            if name not in known:
+                raise ConfigError(f"{kind}-attention kernel {name!r} is unknown; use one of {tuple(known)}")
+
+    @property
+    def cross_hnd(self) -> bool:
+        """The cross cache is laid out heads first."""
+        return CROSS_KERNELS[self.cross_kernel].hnd
+
+    @property
+    def ragged_self(self) -> bool:
+        """The self-attention kernel reads each row's own length (no padded length buckets)."""
+        return self.self_kernel != "sdpa"
+
+    def describe(self, dtype: torch.dtype) -> str:
+        """"SELF/CROSS/cross-cache dtype", e.g. "triton/flashinfer_hnd/float16"."""
+        cross = str(self.cross_dtype or dtype).removeprefix("torch.")
+        return f"{self.self_kernel}/{self.cross_kernel}/{cross}"
+
+
+def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
+    """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for both kinds, or
+    "SELF/CROSS" (e.g. "triton/flashinfer_hnd"); `cross_kv` is "auto" or "fp8" (EngineOptions
+    checked it). Raises ConfigError naming the fix where a kernel cannot run."""
+    half = dtype in (torch.float16, torch.bfloat16)
+    if attention == "auto":
+        fast = device.type == "cuda" and half
+        self_kind = _first_available(AUTO_SELF, SELF_KERNELS) if fast else "sdpa"
+        cross_kind = _first_available(AUTO_CROSS[cross_kv], CROSS_KERNELS) if fast else "sdpa"
+    else:
+        self_kind, _, cross_kind = attention.partition("/")
+        cross_kind = cross_kind or self_kind
+        if self_kind not in SELF_KERNELS or cross_kind not in CROSS_KERNELS:
+            raise ConfigError(f"attention={attention!r}; use 'auto', 'sdpa', 'flashinfer' or 'SELF/CROSS' with "
+                              f"SELF in {tuple(SELF_KERNELS)} and CROSS in {tuple(CROSS_KERNELS)}")  # fmt: skip
+        _check_runs(attention, self_kind, cross_kind, device, half, dtype)
+    return AttentionPlan(self_kind, cross_kind, torch.float8_e4m3fn if cross_kv == "fp8" else None)
+
+
+def _first_available(names: tuple[str, ...], known: dict[str, Kernel]) -> str:
+    return next((n for n in names if package_available(known[n].package)), "sdpa")
+
+
+def _check_runs(attention: str, self_kind: str, cross_kind: str, device: torch.device, half: bool,
+                dtype: torch.dtype) -> None:  # fmt: skip
+    packages = {SELF_KERNELS[self_kind].package, CROSS_KERNELS[cross_kind].package} - {None}
+    if not packages:
+        return
+    if not half:
+        raise ConfigError(f"attention={attention!r} runs in float16 or bfloat16, not {dtype}; "
+                          "pick one of those dtypes or attention='sdpa'")  # fmt: skip
+    if "flashinfer" in packages and (device.type != "cuda" or not package_available("flashinfer")):
+        where = "flashinfer-python is not installed" if device.type == "cuda" else f"the device is {device}"
+        raise ConfigError(f"attention={attention!r} needs FlashInfer on a CUDA device, but {where}; "
+                          "install batchscribe[gpu] on a GPU machine or use attention='sdpa'")  # fmt: skip
+    if device.type != "cuda":
+        raise ConfigError(f"attention={attention!r} needs a CUDA device (Triton kernels), but the device is "
+                          f"{device}; use attention='sdpa'")  # fmt: skip
+    if "triton" in packages and not package_available("triton"):
+        raise ConfigError(f"attention={attention!r} needs the triton package, which CUDA builds of torch "
+                          "ship on Linux; install it or use attention='sdpa'")  # fmt: skip
+
+
+class CacheLike(Protocol):
+    self_k: list[torch.Tensor]  # per layer [n_slots, n_text_ctx, H, D]
+    cross_k: list[torch.Tensor]  # per layer [n_slots, n_audio_ctx, H, D], or heads first
+    cross_hnd: bool
+
+
+def build_backend(plan: AttentionPlan, cache: CacheLike, q_dtype: torch.dtype) -> AttentionBackend:
+    """The plan's kernels over a decoder cache (model.cache.DecoderCache): the kernels read its
+    layout and device from layer 0 (every layer is alike)."""
+    if cache.cross_hnd != plan.cross_hnd:
+        raise ValueError("the cache's cross layout does not match the cross-attention kernel")
+    self_cache, cross_cache = cache.self_k[0], cache.cross_k[0]
+    workspace = None
+    if "flashinfer" in (SELF_KERNELS[plan.self_kernel].package, CROSS_KERNELS[plan.cross_kernel].package):
+        from batchscribe.attention.flashinfer import FlashInferWorkspace
+
+        workspace = FlashInferWorkspace(self_cache.device)
+    return AttentionBackend(_self_kernel(plan, self_cache, q_dtype, workspace),
+                            _cross_kernel(plan, cross_cache, q_dtype, workspace))  # fmt: skip
+
+
+def _self_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype, workspace) -> SelfKernel:
+    if plan.self_kernel == "triton":
+        from batchscribe.attention.triton import TritonSelf
+
+        return TritonSelf(cache, q_dtype)
+    if plan.self_kernel == "flashinfer":
+        from batchscribe.attention.flashinfer import FlashInferSelf
+
+        return FlashInferSelf(workspace, cache, q_dtype)
+    return SdpaSelf()
+
+
+def _cross_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype, workspace) -> CrossKernel:
+    if plan.cross_kernel == "triton_hnd":
+        from batchscribe.attention.triton import TritonCross
+
+        return TritonCross(cache, q_dtype)
+    if plan.cross_kernel in ("flashinfer", "flashinfer_hnd"):
+        from batchscribe.attention.flashinfer import FlashInferCross
+
+        return FlashInferCross(workspace, cache, q_dtype, hnd=plan.cross_hnd)
+    return SdpaCross(hnd=plan.cross_hnd)

@@ -1,0 +1,55 @@
+"""Admission's device side: log-mel features, the encoder and the cross-attention K/V of a chunk of
+windows, written once into their slots.
+
+Admission groups are encoded in chunks whose sizes are ENCODER_CHUNKS (the binary decomposition of
+the group): a group of any size then reuses a handful of shapes, so cuFFT plans and cuDNN graphs are
+built once, and on CUDA each size is one captured graph (graphs.EncoderGraphs).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from batchscribe.audio.features import LogMel
+from batchscribe.constants import N_SAMPLES
+from batchscribe.model.cache import DecoderCache
+from batchscribe.model.whisper import Whisper
+
+ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
+
+
+def encoder_chunks(n: int) -> list[slice]:
+    """[0, n) cut into consecutive slices whose sizes are ENCODER_CHUNKS, largest first."""
+    parts, start = [], 0
+    for size in ENCODER_CHUNKS:
+        while n - start >= size:
+            parts.append(slice(start, start + size))
+            start += size
+    return parts
+
+
+class WindowEncoder:
+    """Encodes chunks of windows into a decoder cache's cross K/V. Pure tensor code: eager on the
+    CPU, captured once per chunk size on CUDA."""
+
+    def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int):
+        self.model, self.cache = model, cache
+        self.dtype = next(model.parameters()).dtype
+        self.device = cache.self_k[0].device
+        self.features = LogMel(model.dims.n_mels, device=self.device)
+        self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]  # what an admission can use
+
+    @torch.no_grad()
+    def __call__(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:
+        """audio: [g, N_SAMPLES] float32, zero-padded; slot_ids: [g] long, where the K/V go."""
+        mel = self.features(audio)  # [g, n_mels, 3000]
+        enc = self.model.encoder(mel.to(self.dtype))  # [g, n_audio_ctx, n_state]
+        self.model.write_cross_kv(self.cache, enc, slot_ids)
+
+    @torch.no_grad()
+    def warm_up(self) -> None:
+        """Run every chunk size once, so cuFFT plans and cuDNN convolution/attention graphs are built
+        here, not mid-run (and before they are captured). The K/V go to slot 0, which is free."""
+        for size in self.chunk_sizes:
+            audio = torch.zeros(size, N_SAMPLES, device=self.device)
+            self(audio, torch.zeros(size, dtype=torch.long, device=self.device))

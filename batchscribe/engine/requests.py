@@ -1,0 +1,34 @@
+"""What the scheduler and the slots exchange: a window to decode, and a window decoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
+
+
+@dataclass(frozen=True)
+class WindowRequest:
+    """One window to decode: up to 30 s of 16 kHz audio and how to decode it."""
+
+    key: int  # the caller's handle for this window
+    audio: np.ndarray  # [n <= N_SAMPLES] float32
+    prompt: tuple[int, ...]  # forced prefix; a language placeholder sits at LANGUAGE_POSITION if detecting
+    detect_language: bool
+    temperature: float
+    noise_key: int = 0  # sampling key: the same key samples the same tokens in any slot or batch
+
+
+@dataclass(frozen=True)
+class FinishedWindow:
+    """A decoded window, read back from a snapshot of its slot."""
+
+    key: int
+    tokens: list[int]  # sampled tokens, end-of-text removed
+    sum_logprob: float
+    no_speech_prob: float
+    language_token: int | None  # the token at LANGUAGE_POSITION (detected or forced), if any
+    temperature: float
+    hit_eot: bool

@@ -1,0 +1,193 @@
+"""Items in, transcripts out: which windows take the free slots, and when the host looks.
+
+Windows from many items share the engine's slots: as slots free up, queued windows are admitted in
+groups (so the encoder runs batched), an item's next window (its next seek, or the same window at the
+next temperature) is queued as soon as the previous one finishes, and once nothing is left to admit
+the tail's running windows are compacted into low rows. Each turn of the loop is schedule -> run ->
+postprocess: pull items and admit a group, launch one look of steps, then fold in the windows that
+finished in the look `lag` turns back (on the GPU the newest steps are still queued when the host
+reads it, so the device never waits for the host; finished rows are inert, so the lag never changes
+a record).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from batchscribe.engine.engine import Engine
+from batchscribe.engine.windows import ItemProgress, WindowPlanner
+from batchscribe.segments import Transcript
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SchedulePolicy:
+    check_every: int  # steps per look
+    lag: int  # looks between queueing a snapshot and reading it
+    admit_min: int  # admit a group once this many slots are free (or nothing runs, or input ended)
+    # Looks queued just before an admission: the GPU steps the running rows while the host packs the
+    # group, instead of idling once the look behind the lag is done.
+    looks_before_admission: int
+    compact_tail: bool = True  # compact once nothing is left to admit and it halves the rows
+
+    @classmethod
+    def for_engine(cls, engine: Engine) -> SchedulePolicy:
+        """The default: on CUDA the engine's steps per look, a lag of 1 and, with graphs, two looks
+        before each admission; on the CPU one step per look and no lag (looking is free there).
+        Admit when a quarter of the slots are free, so the encoder sees groups, not single windows."""
+        cuda = engine.device.type == "cuda"
+        return cls(check_every=engine.steps_per_look, lag=1 if cuda else 0, admit_min=max(1, engine.n_slots // 4),
+                   looks_before_admission=2 if engine.graphs is not None else 0)  # fmt: skip
+
+
+@dataclass
+class _Run:
+    """One stream's bookkeeping."""
+
+    source: Iterator[tuple[str, np.ndarray]]
+    exhausted: bool = False
+    live: dict[int, ItemProgress] = field(default_factory=dict)  # key -> item with a window queued or in a slot
+    queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
+    next_key: int = 0
+
+
+class Scheduler:
+    """Transcribes streams of (id, audio) items on one engine; yields Transcripts as items finish."""
+
+    def __init__(self, engine: Engine, windows: WindowPlanner, policy: SchedulePolicy | None = None):
+        self.engine, self.windows = engine, windows
+        self.policy = policy or SchedulePolicy.for_engine(engine)
+        self.admit_max = engine.n_slots  # lowered when an admission runs out of memory
+        # Host seconds (and counts) per stage, for benchmarks; `marks`: when (perf_counter) the last
+        # stream started, got its first input, first and last admitted, yielded its last record.
+        self.timings: defaultdict[str, float] = defaultdict(float)
+        self.marks: dict[str, float] = {}
+
+    @contextmanager
+    def _timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[stage] += time.perf_counter() - t0
+
+    def run(self, items: Iterable[tuple[str, np.ndarray]], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
+        """Transcripts of `items` (float32 mono 16 kHz arrays) as they finish, not in input order."""
+        policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
+        self.marks.clear()
+        self.marks["start"] = time.perf_counter()
+        while True:
+            yield from self._pull(run, policy)
+            if self._admit(run, policy) is None:
+                continue  # out of memory: the group was requeued, admission groups shrank
+            n_rows = engine.slots.rows_in_use()
+            if n_rows == 0:  # every slot is free, so queued snapshots hold no finished window
+                yield from self._collect(run, keep=0)
+                if run.exhausted and not run.queue:
+                    engine.release_staging()
+                    return
+                continue
+            with self._timed("step_launch"):
+                n_rows = self._compact(run, policy, n_rows)
+                self._advance(n_rows, policy)
+            yield from self._collect(run, keep=policy.lag)
+
+    def _pull(self, run: _Run, policy: SchedulePolicy) -> Iterator[Transcript]:
+        """Read items until a group's worth of windows is queued: at most one admission group
+        ahead, so the GPU starts on the first group while the decode workers fill the next.
+        Empty items finish at once."""
+        free = len(self.engine.slots.free_slots())
+        while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
+            t0 = time.perf_counter()
+            try:
+                item_id, audio = next(run.source)
+            except StopIteration:
+                run.exhausted = True
+                break
+            finally:
+                t1 = time.perf_counter()
+                self.timings["wait_input"] += t1 - t0
+                self.marks.setdefault("first_input", t1)
+            item = self.windows.start(item_id, audio)
+            if item.content_frames == 0:
+                yield self.windows.transcript(item)
+                continue
+            run.live[run.next_key] = item
+            run.queue.append(run.next_key)
+            run.next_key += 1
+
+    def _admit(self, run: _Run, policy: SchedulePolicy) -> int | None:
+        """Admit one group into free slots when there are enough of them; the group's size, 0 when
+        none was admitted, None when it ran out of memory (the group is queued again)."""
+        engine = self.engine
+        free, n_rows = engine.slots.free_slots(), engine.slots.rows_in_use()
+        if not (run.queue and free and (len(free) >= policy.admit_min or n_rows == 0 or run.exhausted)):
+            return 0
+        t0 = time.perf_counter()
+        for _ in range(policy.looks_before_admission if n_rows else 0):
+            self._advance(n_rows, policy)
+        group = [run.queue.popleft() for _ in range(min(len(free), len(run.queue), self.admit_max))]
+        try:
+            engine.admit([self.windows.request(k, run.live[k]) for k in group], free[: len(group)])
+        except torch.OutOfMemoryError:
+            # The encoder's activations for this group did not fit: nothing was admitted (slots are
+            # claimed only after encoding), so requeue and admit smaller groups.
+            if len(group) == 1:
+                raise
+            run.queue.extendleft(reversed(group))
+            self.admit_max = max(1, len(group) // 2)
+            log.warning("out of memory admitting %d windows; admitting at most %d at a time", len(group), self.admit_max)
+            if engine.device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None
+        self.marks["last_admit"] = time.perf_counter()
+        self.marks.setdefault("first_admit", t0)
+        self.timings["admit"] += self.marks["last_admit"] - t0
+        self.timings["windows"] += len(group)
+        return len(group)
+
+    def _compact(self, run: _Run, policy: SchedulePolicy, n_rows: int) -> int:
+        """Once nothing is left to admit, move running windows down into the holes finished ones
+        left whenever that at least halves the rows each step covers."""
+        if policy.compact_tail and run.exhausted and not run.queue and 2 * self.engine.slots.slots_in_use() <= n_rows:
+            self.timings["compactions"] += 1
+            return self.engine.compact()
+        return n_rows
+
+    def _advance(self, n_rows: int, policy: SchedulePolicy) -> None:
+        """One look's steps over rows [0, n_rows), counted."""
+        self.engine.advance(n_rows, policy.check_every)
+        self.timings["steps"] += policy.check_every
+        self.timings["row_steps"] += n_rows * policy.check_every
+
+    def _collect(self, run: _Run, keep: int) -> Iterator[Transcript]:
+        """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
+        items that have no audio left, requeue the others' next windows."""
+        engine, clock = self.engine, self.timings
+        while engine.pending_snapshots() > keep:
+            with self._timed("wait_snapshot"):
+                snap = engine.wait_snapshot()  # on the GPU: the look before the newest is done
+            with self._timed("collect"):
+                finished = engine.finished(snap)
+            t0 = time.perf_counter()
+            for res in finished:
+                item = run.live[res.key]
+                if not self.windows.fold(item, res):
+                    run.queue.append(res.key)
+                    continue
+                del run.live[res.key]
+                transcript = self.windows.transcript(item)
+                self.marks["last_record"] = time.perf_counter()
+                clock["finish"] += self.marks["last_record"] - t0
+                yield transcript
+                t0 = time.perf_counter()
+            clock["finish"] += time.perf_counter() - t0

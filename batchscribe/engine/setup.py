@@ -1,0 +1,97 @@
+"""EngineOptions (what the user asked for) resolved once, against the device and the model, into
+EngineConfig (what the engine runs with). The summary and the resume identity read it from here."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from batchscribe.attention.registry import AttentionPlan, resolve_attention
+from batchscribe.config import ConfigError, EngineOptions
+from batchscribe.engine import triton_select
+from batchscribe.engine.sizing import default_kv_buckets, slots_for_memory
+from batchscribe.model.cache import DecoderCache
+from batchscribe.model.dims import ModelDims
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+CPU_SLOTS = 16
+# The default cap on CUDA: more slots make a large model's steps a little more efficient but a small
+# model's admissions (groups twice the size) slower; pass batch_size for more (docs/GPU_NOTES.md).
+CUDA_SLOT_CAP = 256
+
+
+def resolve_device(name: str) -> torch.device:
+    """"auto" is CUDA when there is a GPU, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device={name!r} but CUDA is not available here; use --device cpu or auto")
+    try:
+        return torch.device(name)
+    except RuntimeError as exc:
+        raise ConfigError(f"device={name!r} is not a device ({exc}); use auto, cpu, cuda or cuda:N") from None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Everything the engine's construction depends on, resolved."""
+
+    device: torch.device
+    dtype: torch.dtype
+    attention: AttentionPlan
+    n_slots: int | None  # decoder slots; None until sized (with_slots)
+    cuda_graphs: bool  # capture the decode looks and the admission encoder (CUDA only)
+    kv_buckets: tuple[int, ...]  # self-attention lengths a step may use; (): each step's exact bound
+    fused_greedy: bool  # greedy steps' rules and choice in one Triton kernel (CUDA with triton)
+    skip_inert_rows: bool = True  # kernels that can skip rows not running do
+
+    @property
+    def on_cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+    def with_slots(self, dims: ModelDims) -> EngineConfig:
+        """n_slots from the options, else 16 on the CPU, else as many as fit in free GPU memory
+        (measured now: after the model's weights are on the device), up to CUDA_SLOT_CAP."""
+        if self.n_slots is not None:
+            return self
+        if not self.on_cuda:
+            return replace(self, n_slots=CPU_SLOTS)
+        free, _ = torch.cuda.mem_get_info(self.device)
+        per_slot = DecoderCache.bytes_per_slot(dims, self.dtype, self.attention.cross_dtype)
+        fit = slots_for_memory(free, per_slot, cap=CUDA_SLOT_CAP)
+        log.info("decoder slots: %d (%.1f MB of cache per slot, %.1f GB free)", fit, per_slot / 1e6, free / 1e9)
+        return replace(self, n_slots=fit)
+
+    @property
+    def dtype_name(self) -> str:
+        return str(self.dtype).removeprefix("torch.")
+
+    def identity(self) -> dict[str, Any]:
+        """What changes a record's tokens: the numeric precision and the kernels."""
+        return {"dtype": self.dtype_name, "attention": self.attention.describe(self.dtype)}
+
+    def describe(self) -> dict[str, Any]:
+        """For summaries: the identity, plus where and how it ran."""
+        return {**self.identity(), "device": str(self.device), "batch_size": self.n_slots,
+                "cuda_graphs": self.cuda_graphs}  # fmt: skip
+
+
+def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
+    """Resolve once: the device, the dtype (float16 on CUDA, float32 on the CPU by default), the
+    attention kernels, whether to capture graphs, the self-attention length buckets. Raises
+    ConfigError naming the fix; touches no weights, so it runs before the model loads."""
+    device = resolve_device(options.device)
+    cuda = device.type == "cuda"
+    dtype = DTYPES[options.dtype or ("float16" if cuda else "float32")]
+    plan = resolve_attention(options.attention, options.cross_kv, device, dtype)
+    kv_buckets: tuple[int, ...] = ()
+    if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
+        kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
+    return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
+                        cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
+                        fused_greedy=cuda and triton_select.triton_available())  # fmt: skip

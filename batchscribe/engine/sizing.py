@@ -1,0 +1,38 @@
+"""How big things are: slots for the free memory, the captured row and length buckets, and how many
+steps the host launches between looks at the slots."""
+
+from __future__ import annotations
+
+import math
+
+# GPU seconds of steps the host launches between looks at the finished flags: enough queued work
+# that the device stays busy while the host admits and collects, and no more, since a finished row
+# idles until its batch is read. Chosen by measurement (docs/GPU_NOTES.md).
+STEPS_AHEAD_SECONDS = 0.002
+MAX_STEPS_PER_CHECK = 4
+
+
+def steps_per_check(step_seconds: float) -> int:
+    """Small models' sub-millisecond steps: 4 per look; large models' ~25 ms steps: 1 (their
+    finished rows would otherwise idle for several steps)."""
+    return max(1, min(MAX_STEPS_PER_CHECK, math.ceil(STEPS_AHEAD_SECONDS / max(step_seconds, 1e-9))))
+
+
+def default_buckets(n_slots: int) -> list[int]:
+    """Powers of two up to 64, then steps of 64 up to n_slots (always included): the tail of a run
+    pads to a small bucket; the steady state, with every slot busy, runs the largest."""
+    buckets = [b for b in (1, 2, 4, 8, 16, 32) if b < n_slots]
+    buckets += list(range(64, n_slots, 64))
+    return sorted(set(buckets + [n_slots]))
+
+
+def default_kv_buckets(n_text_ctx: int) -> list[int]:
+    """Self-attention lengths to capture: a step attends over the smallest one that covers every
+    row's position, so short transcripts do not read (masked) cache up to n_text_ctx."""
+    return sorted({min(n_text_ctx, k) for k in (64, 160, 256, n_text_ctx)})
+
+
+def slots_for_memory(free_bytes: int, bytes_per_slot: int, fraction: float = 0.6, cap: int = 512) -> int:
+    """How many slots fit in a fraction of free memory, rounded down to a multiple of 8."""
+    fit = int(free_bytes * fraction) // max(1, bytes_per_slot)
+    return max(1, min(cap, fit - fit % 8 if fit >= 8 else fit))

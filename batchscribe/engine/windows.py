@@ -1,0 +1,142 @@
+"""Each item's walk through its 30 s windows: openai transcribe()'s seek loop and fallback.
+
+An item is decoded one window at a time: the next window starts where the last complete timestamp
+of the previous one ends. A window that fails the compression-ratio or log-probability test is
+decoded again at the next temperature; a silent window is skipped whole. This module turns items
+into `WindowRequest`s and folds each `FinishedWindow` back into its item; the scheduler decides
+when windows run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from batchscribe.config import DecodeOptions
+from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+from batchscribe.engine.logits import RuleSpec
+from batchscribe.engine.requests import FinishedWindow, WindowRequest
+from batchscribe.engine.step import StepSpec
+from batchscribe.model.tokenizer import Tokenizer
+from batchscribe.segments import Segment, Transcript, WindowStats, split_window
+
+
+def step_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> StepSpec:
+    """What the decode step needs from the tokenizer and the options."""
+    max_initial = None
+    if options.max_initial_timestamp is not None:
+        max_initial = round(options.max_initial_timestamp / TIME_PRECISION)
+    rules = RuleSpec(
+        n_vocab=tokenizer.n_vocab,
+        eot=tokenizer.eot,
+        no_timestamps=tokenizer.no_timestamps,
+        timestamp_begin=tokenizer.timestamp_begin,
+        suppress=tokenizer.suppress_token_ids(options.suppress_tokens, model_suppress),
+        blank=tokenizer.blank_tokens() if options.suppress_blank else (),
+        timestamps=not options.without_timestamps,
+        max_initial_timestamp_index=max_initial,
+    )
+    languages = tuple(tokenizer.language_tokens.values()) if tokenizer.is_multilingual else ()
+    return StepSpec(rules=rules, no_speech=tokenizer.no_speech, language_tokens=languages,
+                    sample_len=options.sample_len or n_text_ctx // 2)  # fmt: skip
+
+
+@dataclass
+class ItemProgress:
+    """Host-side progress of one item through its windows."""
+
+    id: str
+    audio: np.ndarray  # [n] float32, 16 kHz
+    language_token: int | None  # forced, or detected on the first window
+    seek: int = 0  # mel frames consumed
+    temp_index: int = 0  # rung of the temperature ladder the next window decodes at
+    segments: list[Segment] = field(default_factory=list)
+
+    @property
+    def content_frames(self) -> int:
+        return len(self.audio) // HOP_LENGTH
+
+    @property
+    def duration(self) -> float:
+        return len(self.audio) / SAMPLE_RATE
+
+    @property
+    def done(self) -> bool:
+        return self.seek >= self.content_frames
+
+
+class WindowPlanner:
+    """Windows of items under one set of decoding options (openai transcribe() semantics)."""
+
+    def __init__(self, tokenizer: Tokenizer, options: DecodeOptions):
+        self.tokenizer, self.options = tokenizer, options
+        self.forced_language: int | None = None
+        if options.language is not None and tokenizer.is_multilingual:
+            self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
+        self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+
+    def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
+        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
+
+    def _prompt(self, item: ItemProgress) -> tuple[tuple[int, ...], bool]:
+        tok, opt = self.tokenizer, self.options
+        if not tok.is_multilingual:
+            return tok.sot_sequence(None, opt.task, opt.without_timestamps), False
+        detect = item.language_token is None
+        task = tok.transcribe if opt.task == "transcribe" else tok.translate
+        language = tok.sot if detect else item.language_token  # placeholder, replaced in the step
+        prompt = (tok.sot, language, task)
+        if opt.without_timestamps:
+            prompt += (tok.no_timestamps,)
+        return prompt, detect
+
+    def request(self, key: int, item: ItemProgress) -> WindowRequest:
+        """The item's next window, at its current temperature."""
+        start = item.seek * HOP_LENGTH
+        audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
+        prompt, detect = self._prompt(item)
+        temperature = self.options.temperatures[item.temp_index]
+        # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
+        digest = hashlib.blake2b(f"{self.options.seed}/{item.id}/{item.seek}/{item.temp_index}".encode(), digest_size=7)
+        noise_key = int.from_bytes(digest.digest(), "little")
+        return WindowRequest(key, audio, prompt, detect, temperature, noise_key)
+
+    def _needs_fallback(self, avg_logprob: float, ratio: float, no_speech_prob: float) -> bool:
+        """openai decode_with_fallback's test."""
+        opt = self.options
+        too_repetitive = opt.compression_ratio_threshold is not None and ratio > opt.compression_ratio_threshold
+        too_unlikely = opt.logprob_threshold is not None and avg_logprob < opt.logprob_threshold
+        silent = opt.no_speech_threshold is not None and no_speech_prob > opt.no_speech_threshold
+        return (too_repetitive or too_unlikely) and not (silent and too_unlikely)
+
+    def fold(self, item: ItemProgress, res: FinishedWindow) -> bool:
+        """Fold a window's result into its item; True when the item has no audio left. A window
+        that falls back leaves the seek where it was and raises the temperature."""
+        opt = self.options
+        if item.language_token is None and res.language_token is not None:
+            item.language_token = res.language_token
+        stats = WindowStats.from_decode(res.tokens, self.tokenizer, temperature=res.temperature,
+                                        sum_logprob=res.sum_logprob, no_speech_prob=res.no_speech_prob)  # fmt: skip
+        fallback = self._needs_fallback(stats.avg_logprob, stats.compression_ratio, res.no_speech_prob)
+        if fallback and item.temp_index + 1 < len(opt.temperatures):
+            item.temp_index += 1
+            return False
+        item.temp_index = 0
+        window_frames = min(N_FRAMES, item.content_frames - item.seek)
+        skip = opt.no_speech_threshold is not None and res.no_speech_prob > opt.no_speech_threshold
+        if opt.logprob_threshold is not None and stats.avg_logprob > opt.logprob_threshold:
+            skip = False
+        if skip:  # silence: openai transcribe() moves on by the whole window
+            item.seek += window_frames
+        else:
+            window = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
+                                  window_frames=window_frames, seek=item.seek, stats=stats)  # fmt: skip
+            item.segments.extend(window.segments)
+            item.seek = window.seek
+        return item.done
+
+    def transcript(self, item: ItemProgress) -> Transcript:
+        code = self._code_of_token.get(item.language_token, "en") if item.language_token else "en"
+        return Transcript(item.id, tuple(item.segments), code, item.duration)

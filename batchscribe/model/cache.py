@@ -1,0 +1,76 @@
+"""The decoder's static K/V cache: fixed per-slot buffers the decode step writes in place.
+
+Self-attention K/V hold n_text_ctx positions per slot; cross-attention K/V are written once per window
+from the encoder output. The layouts are FlashInfer's paged ones with one page per slot, so every
+attention kernel reads the same tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from batchscribe.model.dims import ModelDims
+
+
+@dataclass
+class DecoderCache:
+    """Static per-slot K/V buffers, one tensor per layer, in FlashInfer's paged layouts with one page
+    per slot: self-attention NHD; cross-attention NHD or, with `cross_hnd`, HND (heads first: each
+    row's head reads its 1500 frames as one contiguous run). Lives on the model's device."""
+
+    self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
+    self_v: list[torch.Tensor]
+    # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]; HND: [n_slots, n_head, n_audio_ctx, head_dim]
+    cross_k: list[torch.Tensor]
+    cross_v: list[torch.Tensor]
+    cross_hnd: bool = False
+
+    @classmethod
+    def allocate(
+        cls,
+        dims: ModelDims,
+        n_slots: int,
+        device: torch.device | str,
+        dtype: torch.dtype,
+        cross_dtype: torch.dtype | None = None,  # e.g. torch.float8_e4m3fn; None: dtype
+        cross_hnd: bool = False,
+    ) -> "DecoderCache":
+        head_dim = dims.n_text_state // dims.n_text_head
+        self_shape = (n_slots, dims.n_text_ctx, dims.n_text_head, head_dim)
+        cross_shape = (n_slots, dims.n_audio_ctx, dims.n_text_head, head_dim)
+        if cross_hnd:
+            cross_shape = (n_slots, dims.n_text_head, dims.n_audio_ctx, head_dim)
+
+        def make(shape: tuple[int, ...], kind: torch.dtype) -> list[torch.Tensor]:
+            return [torch.zeros(shape, device=device, dtype=kind) for _ in range(dims.n_text_layer)]
+
+        cross = cross_dtype or dtype
+        return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross),
+                   cross_hnd)  # fmt: skip
+
+    @property
+    def n_slots(self) -> int:
+        return self.self_k[0].shape[0]
+
+    @staticmethod
+    def bytes_per_slot(dims: ModelDims, dtype: torch.dtype, cross_dtype: torch.dtype | None = None) -> int:
+        def size(kind: torch.dtype) -> int:
+            return torch.empty((), dtype=kind).element_size()
+
+        per_layer = 2 * dims.n_text_state * (dims.n_text_ctx * size(dtype) + dims.n_audio_ctx * size(cross_dtype or dtype))
+        return per_layer * dims.n_text_layer
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        """Every per-slot buffer ([n_slots, ...]) of every layer: what moves with a slot."""
+        return (*self.self_k, *self.self_v, *self.cross_k, *self.cross_v)
+
+
+def to_cache_dtype(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Cast projected K/V to the cache's dtype. fp8 (e4m3) has no infinity: values beyond its
+    range would become NaN, so they saturate instead (scale 1.0, as vLLM's uncalibrated fp8 cache)."""
+    if dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        limit = torch.finfo(dtype).max
+        x = x.clamp(-limit, limit)
+    return x.to(dtype)
