@@ -17,7 +17,7 @@ import torch
 
 from batchscribe.attention.base import AttentionBackend, CrossKernel, SelfKernel
 from batchscribe.attention.names import AUTO_CROSS, AUTO_SELF, CROSS_KERNELS, SELF_KERNELS, Kernel
-from batchscribe.attention.sdpa import SdpaCross, SdpaSelf
+from batchscribe.attention.sdpa import SdpaBackend, SdpaCross, SdpaSelf
 from batchscribe.config import ConfigError
 
 
@@ -114,6 +114,8 @@ def build_backend(plan: AttentionPlan, cache: CacheLike, q_dtype: torch.dtype) -
     layout and device from layer 0 (every layer is alike)."""
     if cache.cross_hnd != plan.cross_hnd:
         raise ValueError("the cache's cross layout does not match the cross-attention kernel")
+    if (plan.self_kernel, plan.cross_kernel) == ("sdpa", "sdpa"):
+        return SdpaBackend(cross_hnd=plan.cross_hnd)
     self_cache, cross_cache = cache.self_k[0], cache.cross_k[0]
     workspace = None
     if "flashinfer" in (SELF_KERNELS[plan.self_kernel].package, CROSS_KERNELS[plan.cross_kernel].package):

@@ -154,3 +154,21 @@ def test_cuda_equals_transformers(speech: list[np.ndarray], n_mels: int) -> None
     features = LogMel(n_mels, "cuda")(pad_batch(batch))  # host batch in, moved by LogMel
     assert features.device.type == "cuda"
     np.testing.assert_allclose(features.cpu().numpy(), reference(batch, n_mels), rtol=0, atol=ATOL)
+
+
+@pytest.fixture(scope="module")
+def utterances(shared_data: Path) -> list[tuple[str, np.ndarray]]:
+    """The first eight test-other utterances as (id, samples)."""
+    import pyarrow.parquet as pq
+
+    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:8]
+    return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_features_on_gpu_equal_cpu(utterances) -> None:
+    batch = pad_batch([a for _, a in utterances[:8]])
+    cpu = LogMel(80, "cpu")(batch)
+    gpu = LogMel(80, "cuda")(batch.cuda()).cpu()
+    assert (cpu - gpu).abs().max() < 1e-4

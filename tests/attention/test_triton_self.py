@@ -1,4 +1,4 @@
-"""The Triton self-attention kernel (model/triton_self) against SdpaBackend's masked reference, on
+"""The Triton self-attention kernel (attention/triton_self) against SdpaBackend's masked reference, on
 the CPU through Triton's interpreter: per-row lengths (one position, part of a block, several
 blocks, the whole cache), the positions split over programs and merged (splits past a row's length
 empty), rows beyond the batch untouched, and inert rows skipped. The GPU tests
@@ -22,8 +22,9 @@ pytestmark = pytest.mark.skipif(
 CHECK = textwrap.dedent(
     """
     import torch
-    from batchscribe.model import triton_self as ts
-    from batchscribe.model.attention import SdpaBackend
+    from batchscribe.attention import triton_self as ts
+    from batchscribe.attention.sdpa import SdpaBackend
+    from batchscribe.attention.triton_common import split_for
     torch.manual_seed(0)
     ref_backend = SdpaBackend()
     cases = [  # heads, cache positions, q/cache dtype, config, each row's position (attends to 0..position)
@@ -53,7 +54,7 @@ CHECK = textwrap.dedent(
         torch.testing.assert_close(skipped[live[:rows]].float(), ref[live[:rows]], atol=tol, rtol=tol)
         one = ref_backend.self_attention(q.float(), k.float(), v.float(), None, torch.zeros_like(positions), None)
         torch.testing.assert_close(skipped[~live[:rows]].float(), one[~live[:rows]], atol=tol, rtol=tol)
-        print(heads, n_ctx, rows, ts.split_for(rows, heads, n_ctx, cfg), flush=True)
+        print(heads, n_ctx, rows, split_for(rows, heads, n_ctx, cfg), flush=True)
     """
 )
 

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from batchscribe.model.languages import LANGUAGES, language_code, language_name
+from batchscribe.model.languages import language_code
 from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 
 wt = pytest.importorskip("whisper.tokenizer")
@@ -55,8 +55,8 @@ def build_tokenizer_folder(name: str, dst: Path) -> Path:
 
 
 def model_folder(name: str, request: pytest.FixtureRequest, tmp_factory: pytest.TempPathFactory) -> Path:
-    # Prefer the real converted folders (loading.py); fall back to a tokenizer-only folder.
-    if importlib.util.find_spec("batchscribe.model.loading") is not None:
+    # Prefer the real converted folders (batchscribe.weights); fall back to a tokenizer-only folder.
+    if importlib.util.find_spec("batchscribe.weights") is not None:
         return request.getfixturevalue("tiny_en_dir" if name == "tiny.en" else "base_dir")
     return build_tokenizer_folder(name, tmp_factory.mktemp(name))
 
@@ -289,18 +289,6 @@ def test_multilingual_override(folder: Path) -> None:
     tok = Tokenizer.from_folder(folder, multilingual=True)
     assert tok.is_multilingual
     assert tok.sot_sequence("en") == (tok.sot, tok.language_tokens["en"], tok.transcribe)
-
-
-def test_language_table_equals_openai() -> None:
-    assert LANGUAGES == wt.LANGUAGES
-    assert list(LANGUAGES) == list(wt.LANGUAGES)  # the order defines the token ids
-    for name, code in wt.TO_LANGUAGE_CODE.items():
-        assert language_code(name) == code
-        assert language_code(name.title()) == code
-    assert language_name("en") == "english"
-    assert language_code("xx") is None
-    with pytest.raises(ValueError, match="unknown language code 'xx'"):
-        language_name("xx")
 
 
 def large_v3_style_folder(base: Path, dst: Path) -> Path:

@@ -1,4 +1,5 @@
-"""Attention backends and the fp8 cross-attention cache, on the CPU (FlashInfer itself: test_gpu.py)."""
+"""The decoder cache (model/cache): the fp8 cast, an fp8 cross cache, and the heads-first cross layout,
+on the CPU."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import io
 import pytest
 import torch
 
-from batchscribe.engine.kernels import AttentionKinds
-from batchscribe.model.attention import SdpaBackend
+from batchscribe.attention.registry import AttentionPlan, build_backend
+from batchscribe.attention.sdpa import SdpaBackend
+from batchscribe.model.cache import DecoderCache, to_cache_dtype
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.whisper import DecoderCache, Whisper, to_cache_dtype
+from batchscribe.model.whisper import Whisper
 
 FP8 = torch.float8_e4m3fn
 
@@ -67,39 +69,7 @@ def test_heads_first_cross_cache_gives_the_same_logits() -> None:
         model.decode_step(hnd, torch.tensor([5, 6]), torch.tensor([2, 2]), rows),
     )
     with pytest.raises(ValueError, match="layout"):
-        AttentionKinds("sdpa", "flashinfer_hnd").backend(nhd, torch.float32)
-
-
-def test_attention_kinds_resolve() -> None:
-    cpu = torch.device("cpu")
-    assert AttentionKinds.resolve("auto", "auto", cpu, torch.float32) == AttentionKinds("sdpa", "sdpa", None)
-    assert AttentionKinds.resolve("sdpa", "fp8", cpu, torch.float32).cross_dtype == FP8
-    with pytest.raises(ValueError, match="float16 or bfloat16"):
-        AttentionKinds.resolve("flashinfer", "auto", cpu, torch.float32)
-    with pytest.raises(ValueError, match="unknown"):
-        AttentionKinds("cudnn", "sdpa")
-    with pytest.raises(ValueError, match="unknown"):
-        AttentionKinds("sdpa", "triton")  # the cross kernel reads a heads-first cache: triton_hnd
-    assert AttentionKinds("triton", "triton_hnd", FP8).self_attention == "triton"
-    with pytest.raises(ValueError, match="SELF/CROSS"):
-        AttentionKinds.resolve("flashinfer/cudnn", "auto", cpu, torch.float16)
-    assert AttentionKinds.resolve("sdpa", "auto", cpu, torch.float16) == AttentionKinds()
-    with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
-        AttentionKinds.resolve("flashinfer/sdpa", "fp8", cpu, torch.bfloat16)
-    with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
-        AttentionKinds.resolve("triton/triton_hnd", "auto", cpu, torch.float16)
-    assert AttentionKinds("flashinfer", "flashinfer_hnd", FP8).cross_hnd
-    assert not AttentionKinds("flashinfer", "flashinfer", FP8).cross_hnd
-    assert isinstance(AttentionKinds().backend(DecoderCache.allocate(_tiny_dims(), 1, "cpu", torch.float32),
-                                               torch.float32), SdpaBackend)  # fmt: skip
-
-
-def test_flashinfer_backend_refuses_the_cpu() -> None:
-    from batchscribe.model.flashinfer_backend import FlashInferBackend, FlashInferUnavailable
-
-    cache = DecoderCache.allocate(_tiny_dims(), 2, "cpu", torch.float16)
-    with pytest.raises(FlashInferUnavailable, match="sdpa"):
-        FlashInferBackend(cache, torch.float16)
+        build_backend(AttentionPlan("sdpa", "flashinfer_hnd"), nhd, torch.float32)
 
 
 def test_fp8_cross_kv_keeps_real_transcripts(tiny_en_dir, shared_data) -> None:
@@ -135,9 +105,3 @@ def _small_model(seed: int) -> tuple[ModelDims, Whisper]:
     torch.manual_seed(seed)
     return dims, Whisper(dims).eval()
 
-
-def _tiny_dims() -> ModelDims:
-    return ModelDims.from_hf_config(dict(vocab_size=100, num_mel_bins=80, d_model=32, encoder_layers=1,
-                                         decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-                                         encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=1500,
-                                         max_target_positions=16))  # fmt: skip

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.whisper import DecoderCache, Whisper
+from batchscribe.model.whisper import Whisper
 
 transformers = pytest.importorskip("transformers")
 
