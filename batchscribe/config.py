@@ -6,7 +6,7 @@ Nothing below this module reads the environment; `default_cache_dir` is the one 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -58,14 +58,15 @@ class DecodeOptions:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """Where and how the model runs."""
+    """Where and how the model runs, as asked for; engine/setup.py resolves it against the device
+    and the model once."""
 
     device: DeviceName = "auto"
     dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
     batch_size: int | None = None  # decoder slots; None: 16 on the CPU, sized from memory on CUDA
     cuda_graphs: bool = True
-    # Attention kernels: "auto", "sdpa", "flashinfer", or "SELF/CROSS" (e.g. "triton/flashinfer_hnd";
-    # engine/kernels.py lists the kernels of each kind).
+    # Attention kernels: "auto", one kernel for both kinds, or "SELF/CROSS" (e.g. "triton/flashinfer_hnd";
+    # attention/names.py lists the kernels of each kind).
     attention: str = "auto"
     # Cross-attention K/V storage: "auto" keeps the model's dtype; "fp8" (e4m3) halves the bytes each
     # decode step reads (the bulk of a large model's step) at a small accuracy cost.
@@ -88,11 +89,3 @@ def default_cache_dir() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
     return base / "batchscribe"
-
-
-@dataclass(frozen=True)
-class ModelSource:
-    """A model name as the user gave it plus where converted weights may be cached."""
-
-    name: str = "tiny.en"
-    cache_dir: Path = field(default_factory=default_cache_dir)

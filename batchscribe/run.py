@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 import numpy as np
 
-import batchscribe
 from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
@@ -35,6 +34,7 @@ from batchscribe.output.resume import (
 from batchscribe.output.verbose_json import make_error_record
 from batchscribe.output.writers import ShardWriter, hostname, package_versions, write_summary
 from batchscribe.sink import ProgressCallback, RunProgress, Sink
+from batchscribe.version import __version__
 
 
 class TooManyErrors(RuntimeError):
@@ -123,7 +123,7 @@ def run_config(inputs: Sequence[str], opts: RunOptions) -> dict[str, Any]:
                            "text_column": src.text_column, "passthrough": list(src.passthrough),
                            "config": src.config, "split": src.split},
         "num_shards": src.num_shards,
-        "batchscribe_version": batchscribe.__version__,
+        "batchscribe_version": __version__,
     }
 
 
@@ -301,7 +301,7 @@ def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: 
     wall = time.monotonic() - start_wall
     session_seconds = sink.audio_seconds
     return {
-        "batchscribe_version": batchscribe.__version__,
+        "batchscribe_version": __version__,
         "status": status,
         "items": int(totals["items"]),
         "ok": int(totals["ok"]),

@@ -6,6 +6,7 @@ import gc
 import threading
 
 import numpy as np
+import pytest
 import torch
 
 from batchscribe.audio.decode import decode_audio
@@ -104,3 +105,38 @@ def test_decode_audio_into_the_arena(shared_data) -> None:
     arena = _arena(16000 * 20)
     got = decode_audio(flac, allocate=arena.allocate)
     assert arena.holds(got) and np.array_equal(got, decode_audio(flac))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
+    """On the GPU, `run` has decode threads decode into the engine's pinned arena by default and
+    admission copies those samples as they are; the records equal runs whose audio was packed
+    (threads with the arena off, and decode processes)."""
+    import gc
+    import json
+
+    from batchscribe.api import Transcriber
+    from batchscribe.config import DecodeOptions
+    from batchscribe.run import RunOptions, run
+
+    decode = DecodeOptions(temperatures=(0.0,))
+    assert Transcriber(str(tiny_en_dir), device="cpu").host_allocator() is None
+    parquet = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    texts = {}
+    for threads, arena_on in ((True, None), (True, False), (False, None)):
+        t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
+        out = tmp_path / f"threads-{threads}-{arena_on}"
+        opts = RunOptions(model=str(tiny_en_dir), decode=decode, decode_threads=threads, workers=3, pinned_arena=arena_on)
+        run([str(parquet)], out, opts, transcriber_factory=lambda _: t)
+        records = [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+        texts[threads, arena_on] = {r["id"]: (r["text"], [s["tokens"] for s in r["segments"]]) for r in records}
+        arena = t.scheduler().engine.arena
+        if threads and arena_on is None:  # every utterance fit: all of them went through the arena
+            assert arena is not None and arena.fallbacks == 0
+            gc.collect()
+            assert arena.in_use() == 0  # every range given back
+        else:
+            assert arena is None
+    assert len(texts[True, None]) == 100
+    assert texts[True, None] == texts[True, False] == texts[False, None]

@@ -1,0 +1,39 @@
+"""What the engine tests share: record checks against the OpenAI SDK's types, and runs of a
+scheduler with a policy, as records."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from batchscribe.output.verbose_json import transcript_record
+
+GREEDY = dict(temperatures=(0.0,))
+
+
+def check_record(record: dict) -> None:
+    """A record validates as the OpenAI SDK's TranscriptionVerbose, segments in order within it."""
+    from openai.types.audio import TranscriptionSegment, TranscriptionVerbose
+
+    TranscriptionVerbose.model_validate(record)
+    previous_end = 0.0
+    for seg in record["segments"]:
+        TranscriptionSegment.model_validate(seg)
+        assert previous_end <= seg["start"] <= seg["end"] <= record["duration"]
+        previous_end = seg["end"]
+    assert record["text"] == "".join(s["text"] for s in record["segments"])
+
+
+def records(scheduler: Any, items: Iterable[tuple[str, np.ndarray]], **policy: Any) -> list[dict]:
+    """The scheduler's records for `items` in input order, under its policy with `policy` changed."""
+    items = list(items)
+    order = {item_id: i for i, (item_id, _) in enumerate(items)}
+    run = scheduler.run(items, replace(scheduler.policy, **policy))
+    return sorted((transcript_record(t) for t in run), key=lambda r: order[r["id"]])
+
+
+def tokens(records: list[dict]) -> dict[str, list[int]]:
+    return {r["id"]: [t for s in r["segments"] for t in s["tokens"]] for r in records}

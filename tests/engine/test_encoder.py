@@ -1,0 +1,65 @@
+"""Admission's encoder (engine/encoder.py): chunk sizes, and captured chunks equal eager ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchscribe.engine.encoder import ENCODER_CHUNKS, encoder_chunks
+
+
+def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
+    for n in range(0, 300):
+        parts = encoder_chunks(n)
+        assert [i for p in parts for i in range(p.start, p.stop)] == list(range(n))
+        assert all(p.stop - p.start in ENCODER_CHUNKS for p in parts)
+    assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
+
+
+def _has_flashinfer() -> bool:
+    from batchscribe.attention.flashinfer import flashinfer_available
+
+    return flashinfer_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("attention,cross_kv", [
+    ("sdpa", "auto"),
+    pytest.param("auto", "fp8", marks=pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python")),
+])  # fmt: skip
+def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, shared_data, attention, cross_kv) -> None:
+    """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
+    same cross cache as the same chunk run eagerly, for every chunk size, into any slots."""
+    import io
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    from batchscribe.api import Transcriber
+    from batchscribe.audio.features import pad_or_trim
+
+    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:16]
+    utterances = [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
+    n = 16
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
+                    cross_kv=cross_kv)  # fmt: skip
+    t.transcribe(utterances[:2])
+    engine = t.scheduler().engine
+    runner = engine.encoder_graphs
+    assert runner is not None and runner.sizes == [g for g in ENCODER_CHUNKS if g <= n]
+    audio = torch.from_numpy(np.stack([pad_or_trim(a) for _, a in utterances[:n]])).cuda()  # [n, N_SAMPLES]
+    caches = (*engine.cache.cross_k, *engine.cache.cross_v)
+
+    def bits(slots: torch.Tensor) -> list[torch.Tensor]:
+        return [c[slots].view(torch.uint8).clone() for c in caches]
+
+    for size in runner.sizes:
+        slots = torch.arange(n - size, n, device="cuda").flip(0)  # any slots, in any order
+        runner.replay(audio[:size], slots)
+        graphed = bits(slots)
+        engine.encoder(audio.flip(0)[:size], slots)  # other windows: the cache really changes
+        assert any(not torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size
+        engine.encoder(audio[:size], slots)
+        assert all(torch.equal(a, b) for a, b in zip(bits(slots), graphed)), size

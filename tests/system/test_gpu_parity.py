@@ -1,0 +1,80 @@
+"""The whole engine on the GPU against references: the CPU path in fp32, SDPA against the fast
+kernels, and the Triton kernels' skipping of inert rows against computing every row."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+
+import pytest
+import torch
+
+from tests.engine.helpers import records, tokens
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def _has_flashinfer() -> bool:
+    from batchscribe.attention.flashinfer import flashinfer_available
+
+    return flashinfer_available()
+
+
+needs_flashinfer = pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python (the gpu extra)")
+
+
+@pytest.fixture(scope="module")
+def utterances(shared_data):
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:40]
+    return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
+
+
+def test_gpu_fp32_equals_cpu(tiny_en_dir, utterances) -> None:
+    """The same engine on CPU and GPU in fp32 gives the same transcripts (allowing rare near-ties)."""
+    from batchscribe.api import Transcriber
+
+    items = utterances[:16]
+    kw = dict(dtype="float32", batch_size=8, temperatures=(0.0,))
+    cpu = tokens(Transcriber(str(tiny_en_dir), device="cpu", **kw).transcribe(items))
+    gpu = tokens(Transcriber(str(tiny_en_dir), device="cuda", **kw).transcribe(items))
+    same = sum(cpu[k] == gpu[k] for k in cpu)
+    assert same >= len(items) - 1
+
+
+@needs_flashinfer
+def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> None:
+    """The whole engine on FlashInfer (graphs) against SDPA, fp16, real tiny.en: the same tokens on
+    nearly every utterance (fp16 kernels sum in different orders, so rare near-ties may flip)."""
+    from batchscribe.api import Transcriber
+
+    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
+    sdpa = tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
+    for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd", "flashinfer/triton_hnd",
+                      "triton/triton_hnd"):  # fmt: skip
+        flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
+        flash = tokens(flash_t.transcribe(utterances))
+        assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"
+        same = sum(sdpa[k] == flash[k] for k in sdpa)
+        assert same >= len(utterances) - 2, (attention, same)
+
+
+@pytest.mark.parametrize("attention", [pytest.param("flashinfer/triton_hnd", marks=needs_flashinfer), "triton/triton_hnd"])
+def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utterances, attention) -> None:
+    """The Triton kernels skip rows whose running flag is off (the default, under graphs); an
+    eager engine with the skipping off computes every row: the same tokens."""
+    from batchscribe.api import Transcriber
+
+    kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,), attention=attention)
+    skipping_t = Transcriber(str(tiny_en_dir), **kw)
+    skipping = tokens(skipping_t.transcribe(utterances))
+    assert skipping_t.scheduler().engine.backend.cross_kernel.live is not None
+    full_t = Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw)
+    full = full_t.build_scheduler(config=dataclasses.replace(full_t.config, skip_inert_rows=False))
+    assert full.engine.backend.cross_kernel.live is None
+    assert tokens(records(full, utterances)) == skipping
