@@ -123,6 +123,10 @@ class Transcriber:
             self._schedulers[options] = self.build_scheduler(options)
         return self._schedulers[options]
 
+    def release(self) -> None:
+        """Drop every engine (its caches, graphs and pinned buffers) built so far; the next call builds anew."""
+        self._schedulers.clear()
+
     def host_allocator(self, options: DecodeOptions | None = None) -> Callable[[int], np.ndarray] | None:
         """For decode threads feeding `transcribe_stream` on a GPU: `allocate(n_samples)` gives pinned
         host memory to decode into (`decode_audio(allocate=...)`), which admission copies to the

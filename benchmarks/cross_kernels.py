@@ -4,7 +4,7 @@
 
 For each batch size and cache dtype it times, over `--layers` distinct caches (so the reads miss L2
 as a real step's 32 layers do): FlashInfer's batch decode over one 1500-frame HND page per row (the
-engine's `flashinfer_hnd`), the Triton kernel of `batchscribe.model.triton_cross` under a sweep of
+engine's `flashinfer_hnd`), the Triton kernel of `batchscribe.attention.triton_cross` under a sweep of
 launch configurations, and SDPA (bf16 only). Each result is checked against SDPA in fp32 and printed
 as microseconds per layer and the cache bytes read per second. Decides `auto`'s cross kernel and
 `triton_cross.CrossConfig`'s defaults; figures go to docs/GPU_NOTES.md.
@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 
 import common
-from batchscribe.model import triton_cross
+from batchscribe.attention import triton_cross
+from batchscribe.attention.triton_common import split_for
 from kernel_timing import Candidates, flashinfer_decode
 
 N_CTX, HEAD_DIM = 1500, 64
@@ -56,7 +57,7 @@ def main() -> None:
         spreads = (256, 1024, 4096) if rows * args.heads < 4096 else (1024,)
         for (b, w, s), m in itertools.product(shapes, spreads):
             cfg = triton_cross.CrossConfig(block_n=b, num_warps=w, num_stages=s, min_programs=m)
-            split = triton_cross.split_for(rows, args.heads, N_CTX, cfg)
+            split = split_for(rows, args.heads, N_CTX, cfg)
             name = f"triton b{cfg.block_n} w{cfg.num_warps} s{cfg.num_stages} m{cfg.min_programs} split{split}"
             case.measure(name, lambda i, cfg=cfg: triton_cross.cross_attention(q, ks[i], vs[i], cfg))
         print(case.best("flashinfer_hnd"), flush=True)

@@ -54,7 +54,7 @@ class Candidates:
 
 def flashinfer_decode(q, ks, vs, layout: str, page: int, lengths: torch.Tensor | None = None,
                       tensor_cores: bool = False) -> Callable[[int], torch.Tensor]:  # fmt: skip
-    """FlashInfer's batch decode as the engine plans it (FlashInferBackend._plan): one `page`-long
+    """FlashInfer's batch decode as the engine plans it (attention.flashinfer.FlashInferWorkspace.plan): one `page`-long
     page per row, planned full; `lengths` [B] (optional) then written into the last-page-length
     buffer the kernel reads, as `begin_step` does for self-attention."""
     import flashinfer

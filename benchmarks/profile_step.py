@@ -17,12 +17,10 @@ import numpy as np
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from batchscribe.config import DecodeOptions
-from batchscribe.engine.engine import Engine, _Item
-from batchscribe.engine.kernels import AttentionKinds
+from batchscribe.config import EngineOptions
+from batchscribe.engine.setup import resolve_engine
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.whisper import Whisper
-from w2_large_v3 import LARGE_V3, TOKENS, large_v3_tokenizer
+from w2_large_v3 import LARGE_V3, large_v3_tokenizer, random_model, scheduler
 
 
 def main() -> None:
@@ -32,39 +30,30 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rows", type=int, default=30, help="kernels to list")
     args = ap.parse_args()
-    dtype = torch.bfloat16
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
     dims = ModelDims.from_hf_config(LARGE_V3)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = Whisper(dims).to(dtype=dtype).eval()
-    for p in model.parameters():
-        if p.dim() >= 2:
-            torch.nn.init.normal_(p, std=0.02)
-    options = DecodeOptions(language="en", without_timestamps=True, temperatures=(0.0,), sample_len=TOKENS,
-                            suppress_tokens=f"-1,{tok.eot}", compression_ratio_threshold=None,
-                            logprob_threshold=None, no_speech_threshold=None)  # fmt: skip
+    model = random_model(torch.bfloat16)
     audio = (np.random.default_rng(0).standard_normal(16000 * 30) * 0.1).astype(np.float32)
     for config in args.configs:
         attention, cross_kv = config.split(":")
-        kinds = AttentionKinds.resolve(attention, cross_kv, torch.device("cuda"), dtype)
-        engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=args.slots, cuda_graphs=False,
-                        attention=kinds)  # fmt: skip
-        dec = engine.decoder
-        requests = [engine._window(i, _Item(f"w{i}", audio, engine.forced_language)) for i in range(args.slots)]
-        dec.admit(requests, list(range(args.slots)))
-        kv = dec.kv_buckets[-1] if dec.kv_buckets else dec.n_ctx
+        options = EngineOptions(device="cuda", dtype="bfloat16", batch_size=args.slots, cuda_graphs=False,
+                                attention=attention, cross_kv=cross_kv)  # fmt: skip
+        sched = scheduler(model, tok, resolve_engine(options, dims))
+        engine, windows = sched.engine, sched.windows
+        engine.admit([windows.request(i, windows.start(f"w{i}", audio)) for i in range(args.slots)],
+                     list(range(args.slots)))  # fmt: skip
+        kv = engine.kv_buckets[-1] if engine.kv_buckets else engine.n_ctx
         for _ in range(3):
-            dec._step(args.slots, kv, False)
+            engine.look.step(args.slots, kv, False)
         torch.cuda.synchronize()
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(3):
-                dec._step(args.slots, kv, False)
+                engine.look.step(args.slots, kv, False)
             torch.cuda.synchronize()
         print(f"\n=== {config}: 3 eager decode steps at {args.slots} rows (kv {kv}) ===")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=90))
-        mel = dec.features(torch.from_numpy(np.stack([audio] * 32)).cuda()).to(dtype)
+        mel = engine.encoder.features(torch.from_numpy(np.stack([audio] * 32)).cuda()).to(torch.bfloat16)
         with torch.no_grad():
             model.encoder(mel)
             torch.cuda.synchronize()
@@ -73,7 +62,7 @@ def main() -> None:
                 torch.cuda.synchronize()
         print(f"\n=== {config}: encoder, 32 windows ===")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=90))
-        del engine, dec
+        del engine, sched
         torch.cuda.empty_cache()
 
 

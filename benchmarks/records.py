@@ -5,11 +5,11 @@
         [--repeat 300] [--rounds 5] [--profile 25] [--records-out records.jsonl]
 
 Transcribes real speech once on the CPU (LibriSpeech train-clean-5, one ~13 s window per utterance,
-as in W1), keeping what `Engine._finish_window` receives for every window (or loads windows saved
-by an earlier run: the replay needs only the model folder's config.json and tokenizer.json). Then
-it replays those windows many times through exactly the engine's host work and prints microseconds
-per window for each part (WindowStats.from_decode, split_window, the item's record) and for the
-whole (`_finish_window` + `_record`), best of the rounds. `--records-out` writes the replayed
+as in W1), keeping what `WindowPlanner.fold` receives for every window (or loads windows saved by
+an earlier run: the replay needs only the model folder's tokenizer.json). Then it replays those
+windows many times through exactly the scheduler's host work and prints microseconds per window for
+each part (WindowStats.from_decode, split_window, the item's record) and for the whole (`fold`,
+then `transcript` and `transcript_record` for finished items), best of the rounds. `--records-out` writes the replayed
 records as JSONL, so two versions of the code can be checked for byte-identical output.
 """
 
@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from batchscribe.engine.engine import Engine
+    from batchscribe.engine.scheduler import Scheduler
+    from batchscribe.engine.windows import WindowPlanner
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "train-clean-5-00000-of-00008.parquet"
@@ -37,13 +38,13 @@ DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "train-clean
 
 @dataclass(frozen=True)
 class Captured:
-    """One call of `_finish_window`: the item's state before it and the window's result."""
+    """One call of `WindowPlanner.fold`: the item's state before it and the window's result."""
 
     item_id: str
     n_samples: int
     seek: int
     temp_index: int
-    result: object  # WindowResult
+    result: object  # engine.requests.FinishedWindow
 
 
 def load_audio(parquet: Path, n: int) -> list[tuple[str, np.ndarray]]:
@@ -56,38 +57,40 @@ def load_audio(parquet: Path, n: int) -> list[tuple[str, np.ndarray]]:
     return [(item_id, decode_audio(audio["bytes"])) for item_id, audio in rows]
 
 
-def capture(engine: Engine, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
-    """Transcribe once, keeping every window result the engine folds in (in its order)."""
-    from batchscribe.engine.engine import Engine
+def capture(scheduler: Scheduler, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
+    """Transcribe once, keeping every window result the scheduler folds in (in its order)."""
+    from batchscribe.engine.windows import WindowPlanner
+    from batchscribe.output.verbose_json import transcript_record
 
     seen: list[Captured] = []
+    planner = scheduler.windows
 
     def spy(item, res) -> bool:
         seen.append(Captured(item.id, len(item.audio), item.seek, item.temp_index, res))
-        return Engine._finish_window(engine, item, res)
+        return WindowPlanner.fold(planner, item, res)
 
-    engine._finish_window = spy  # an instance attribute: only this engine, only this run
+    planner.fold = spy  # an instance attribute: only this planner, only this run
     try:
-        records = list(engine.transcribe_stream(items))
+        records = [transcript_record(t) for t in scheduler.run(items)]
     finally:
-        del engine._finish_window
+        del planner.fold
     return seen, records
 
 
-def fresh_items(engine: Engine, windows: list[Captured], audio: dict[str, np.ndarray]) -> dict:
-    """The items as the engine holds them when their first window finishes (admitted, no segments)."""
-    from batchscribe.engine.engine import _Item
-
-    return {w.item_id: _Item(w.item_id, audio[w.item_id], engine.forced_language) for w in windows}
+def fresh_items(planner: WindowPlanner, windows: list[Captured], audio: dict[str, np.ndarray]) -> dict:
+    """The items as the scheduler holds them when their first window finishes (no segments yet)."""
+    return {w.item_id: planner.start(w.item_id, audio[w.item_id]) for w in windows}
 
 
-def replay(engine: Engine, windows: list[Captured], items: dict) -> list[dict]:
-    """The engine's per-window and per-item host work (collect() in transcribe_stream), nothing else."""
+def replay(planner: WindowPlanner, windows: list[Captured], items: dict) -> list[dict]:
+    """The scheduler's per-window and per-item host work (Scheduler._collect), nothing else."""
+    from batchscribe.output.verbose_json import transcript_record
+
     records = []
     for w in windows:
         item = items[w.item_id]
-        if engine._finish_window(item, w.result):
-            records.append(engine._record(item))
+        if planner.fold(item, w.result):
+            records.append(transcript_record(planner.transcript(item)))
     return records
 
 
@@ -103,26 +106,27 @@ def best_of(rounds: int, repeat: int, fn: Callable[[], object]) -> float:
 
 
 def parts(
-    engine: Engine, windows: list[Captured], audio: dict[str, np.ndarray], rounds: int, repeat: int
+    planner: WindowPlanner, windows: list[Captured], audio: dict[str, np.ndarray], rounds: int, repeat: int
 ) -> dict[str, Callable[[], object]]:
-    """Each part alone, on the arguments the engine gave it in one replay (recorded by a spy)."""
-    from batchscribe.engine import engine as engine_module
-    from batchscribe.output.verbose_json import WindowStats
+    """Each part alone, on the arguments the planner gave it in one replay (recorded by a spy)."""
+    from batchscribe.engine import windows as windows_module
+    from batchscribe.output.verbose_json import transcript_record
+    from batchscribe.segments import WindowStats
 
-    tok = engine.tokenizer
+    tok = planner.tokenizer
     splits = []
-    real_split = engine_module.split_window
+    real_split = windows_module.split_window
 
     def spy(*args, **kwargs):
         splits.append((args, kwargs))
         return real_split(*args, **kwargs)
 
-    items = fresh_items(engine, windows, audio)
-    engine_module.split_window = spy
+    items = fresh_items(planner, windows, audio)
+    windows_module.split_window = spy
     try:
-        replay(engine, windows, items)
+        replay(planner, windows, items)
     finally:
-        engine_module.split_window = real_split
+        windows_module.split_window = real_split
     results = [w.result for w in windows]
 
     def window_stats() -> None:
@@ -136,15 +140,15 @@ def parts(
 
     def record() -> None:
         for item in items.values():
-            engine._record(item)
+            transcript_record(planner.transcript(item))
 
     def total() -> None:
-        replay(engine, windows, next(item_sets))
+        replay(planner, windows, next(item_sets))
 
-    # Items are built ahead, outside the clock: the engine builds them when it admits their audio.
-    item_sets = iter([fresh_items(engine, windows, audio) for _ in range(rounds * repeat)])
-    return {"WindowStats.from_decode": window_stats, "split_window": split, "_record (make_record)": record,
-            "total (_finish_window + _record)": total}  # fmt: skip
+    # Items are built ahead, outside the clock: the scheduler builds them when it reads their audio.
+    item_sets = iter([fresh_items(planner, windows, audio) for _ in range(rounds * repeat)])
+    return {"WindowStats.from_decode": window_stats, "split_window": split, "record (transcript_record)": record,
+            "total (fold + record)": total}  # fmt: skip
 
 
 def save_windows(path: Path, windows: list[Captured], records: list[dict]) -> None:
@@ -153,42 +157,36 @@ def save_windows(path: Path, windows: list[Captured], records: list[dict]) -> No
 
 
 def load_windows(path: Path) -> tuple[list[Captured], list[dict]]:
-    from batchscribe.engine.decoding import WindowResult
+    from batchscribe.engine.requests import FinishedWindow
 
     data = json.loads(path.read_text(encoding="utf-8"))
-    windows = [Captured(**{**row, "result": WindowResult(**row["result"])}) for row in data["windows"]]
+    windows = [Captured(**{**row, "result": FinishedWindow(**row["result"])}) for row in data["windows"]]
     return windows, data["records"]
 
 
-def transcribe(args: argparse.Namespace) -> tuple[Engine, list[Captured], list[dict]]:
-    """The engine of a real model, and the windows it folded in transcribing real speech."""
+def transcribe(args: argparse.Namespace) -> tuple[WindowPlanner, list[Captured], list[dict]]:
+    """The planner of a real model's scheduler, and the windows it folded in transcribing real speech."""
     from batchscribe.api import Transcriber
     from batchscribe.config import default_cache_dir
 
     cache = args.cache_dir or (REPO / ".pytest_models" if (REPO / ".pytest_models").is_dir() else default_cache_dir())
-    transcriber = Transcriber(args.model, device="cpu", cache_dir=cache)
-    engine = transcriber._engine(transcriber.options)
+    scheduler = Transcriber(args.model, device="cpu", cache_dir=cache).scheduler()
     items = load_audio(args.parquet, args.utterances)
     t0 = time.perf_counter()
-    windows, records = capture(engine, items)
+    windows, records = capture(scheduler, items)
     print(f"transcribed {len(items)} utterances in {time.perf_counter() - t0:.1f} s")
-    return engine, windows, records
+    return scheduler.windows, windows, records
 
 
-def weightless_engine(folder: Path) -> Engine:
-    """An engine whose model is randomly initialised: finishing windows reads only the tokenizer."""
-    import torch
-
+def weightless_planner(folder: Path) -> WindowPlanner:
+    """A planner from the folder's tokenizer alone: finishing windows reads nothing else."""
     from batchscribe.config import DecodeOptions
-    from batchscribe.engine.engine import Engine
+    from batchscribe.engine.windows import WindowPlanner
     from batchscribe.model.dims import ModelDims
     from batchscribe.model.tokenizer import Tokenizer
-    from batchscribe.model.whisper import Whisper
 
     dims = ModelDims.from_hf_config(json.loads((folder / "config.json").read_text()))
-    tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
-    model = Whisper(dims).eval()
-    return Engine(model, tokenizer, DecodeOptions(), [], torch.device("cpu"), n_slots=1, cuda_graphs=False)
+    return WindowPlanner(Tokenizer.from_folder(folder, multilingual=dims.is_multilingual), DecodeOptions())
 
 
 def main() -> None:
@@ -216,10 +214,10 @@ def main() -> None:
     if args.windows:
         if args.model_dir is None:
             ap.error("--windows needs --model-dir (a Hugging Face folder with config.json and tokenizer.json)")
-        engine = weightless_engine(args.model_dir)
+        planner = weightless_planner(args.model_dir)
         windows, transcribed = load_windows(args.windows)
     else:
-        engine, windows, transcribed = transcribe(args)
+        planner, windows, transcribed = transcribe(args)
         if args.save_windows:
             save_windows(args.save_windows, windows, transcribed)
     print(f"{common.hardware()}, Python {platform.python_version()}, commit {common.commit()}")
@@ -229,7 +227,7 @@ def main() -> None:
           f"{sum(len(w.result.tokens) for w in windows) / len(windows):.1f} tokens and "
           f"{sum(len(r['segments']) for r in transcribed) / len(windows):.1f} segments per window")  # fmt: skip
 
-    records = replay(engine, windows, fresh_items(engine, windows, audio))
+    records = replay(planner, windows, fresh_items(planner, windows, audio))
     by_id = {r["id"]: r for r in transcribed}
     assert all(json.dumps(r) == json.dumps(by_id[r["id"]]) for r in records), "the replay differs from the run"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
@@ -239,13 +237,13 @@ def main() -> None:
 
     n = len(windows)
     print("\n| part | us per window |\n|---|---:|")
-    for name, fn in parts(engine, windows, audio, args.rounds, args.repeat).items():
+    for name, fn in parts(planner, windows, audio, args.rounds, args.repeat).items():
         seconds = best_of(args.rounds, args.repeat, fn)
         print(f"| {name} | {seconds / n * 1e6:.1f} |")
     if args.profile:
         with cProfile.Profile() as prof:
             for _ in range(args.repeat):
-                replay(engine, windows, fresh_items(engine, windows, audio))
+                replay(planner, windows, fresh_items(planner, windows, audio))
         pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
 
 

@@ -6,7 +6,7 @@ For each batch size and position (every row at that position, so each attends to
 the cache's 448 entries; plus "mixed": uniform over 0..447) it times, over `--layers` distinct
 caches (so the reads miss L2 as a real step's layers do) and replayed from one CUDA graph as the
 engine's step is: FlashInfer's batch decode over one 448-position page per slot (the engine's
-`flashinfer` self kernel), `batchscribe.model.triton_self` under a sweep of launch shapes, and SDPA
+`flashinfer` self kernel), `batchscribe.attention.triton_self` under a sweep of launch shapes, and SDPA
 with the length mask over the whole cache. Each result is checked against SDPA in fp32 and printed
 as microseconds per layer and the bytes of K/V the rows' lengths cover per second. Decides `auto`'s
 self-attention kernel; figures go to docs/GPU_NOTES.md.
@@ -20,8 +20,9 @@ import itertools
 import torch
 
 import common
-from batchscribe.model import triton_self
-from batchscribe.model.attention import SdpaBackend
+from batchscribe.attention import triton_self
+from batchscribe.attention.triton_common import split_for
+from batchscribe.attention.sdpa import SdpaBackend
 from kernel_timing import Candidates, flashinfer_decode
 
 N_CTX, HEAD_DIM = 448, 64
@@ -52,7 +53,7 @@ def main() -> None:
         gb = 2 * int(lengths.sum()) * args.heads * HEAD_DIM * 2 / 1e9
         case = Candidates(ref, gb, args.layers, args.reps)
         print(f"== rows {rows} heads {args.heads} position {pos}: {gb * 1e3:.1f} MB per layer", flush=True)
-        # The engine's planning (FlashInferBackend): one N_CTX page per slot, each row's length written.
+        # The engine's planning (attention.flashinfer.FlashInferSelf): one N_CTX page per slot, each row's length written.
         case.measure("flashinfer", flashinfer_decode(q, ks, vs, "NHD", N_CTX, lengths))
         case.measure("sdpa", lambda i: sdpa.self_attention(q, ks[i], vs[i], None, positions, None))
         # The default (which splits the positions of small batches), the same never splitting, then
@@ -61,7 +62,7 @@ def main() -> None:
         for b, w in itertools.product((16, 32, 64, 128), args.warps):
             configs[f"triton b{b} w{w}"] = triton_self.SelfConfig(block_n=b, num_warps=w)
         for name, cfg in configs.items():
-            split = triton_self.split_for(rows, args.heads, N_CTX, cfg)
+            split = split_for(rows, args.heads, N_CTX, cfg)
             case.measure(f"{name} split{split}", lambda i, cfg=cfg: triton_self.self_attention(q, ks[i], vs[i], lengths, cfg))
         print(case.best("flashinfer"), flush=True)
         ks.clear(), vs.clear()

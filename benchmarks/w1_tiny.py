@@ -56,66 +56,95 @@ def wer(refs: dict[str, str], hyps: dict[str, str]) -> float:
     return jiwer.wer([norm(refs[k]) for k in keys], [norm(hyps[k]) for k in keys])
 
 
-def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
-         profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None,
-         arena: bool = True, compact: bool = True) -> dict:
+class _WithPolicy:
+    """The transcriber under a scheduling policy other than the default (--ahead, --no-compact)."""
+
+    def __init__(self, transcriber, **changes) -> None:
+        from dataclasses import replace
+
+        self.transcriber, self.n_slots = transcriber, transcriber.n_slots
+        sched = transcriber.scheduler()
+        self.policy = replace(sched.policy, **changes)
+
+    def describe(self) -> dict:
+        return self.transcriber.describe()
+
+    def host_allocator(self):
+        return self.transcriber.host_allocator()
+
+    def transcribe_stream(self, items):
+        from batchscribe.output.verbose_json import transcript_record
+
+        for transcript in self.transcriber.scheduler().run(items, self.policy):
+            yield transcript_record(transcript)
+
+
+def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, config: str, arena: bool,
+            opts, decode_mode: str | None):  # fmt: skip
+    """A transcriber whose engine, graphs, arena and `run` path have all run once."""
     import numpy as np
 
-    import common
     from batchscribe.api import Transcriber
-    from batchscribe.config import DecodeOptions
-    from batchscribe.run import RunOptions, run
+    from batchscribe.run import run
 
-    decode = DecodeOptions(temperatures=(0.0,))
     attention, cross_kv = config.split(":")
-    t0 = time.perf_counter()
-    transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=decode,
+    transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=opts.decode,
                               attention=attention, cross_kv=cross_kv)  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))])  # builds the engine and its graphs
     if arena and (decode_mode or "threads") == "threads":
-        transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked: ~0.6 s), a start-up cost
-    threads = None if decode_mode is None else decode_mode == "threads"
-    opts = RunOptions(model=model, decode=decode, workers=workers, decode_threads=threads, pinned_arena=arena)
+        transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked), a start-up cost
     with tempfile.TemporaryDirectory() as warm:
         # The whole `run` path once on 16 rows (as the peer gets a warm-up batch): its first-use
-        # imports and library set-up (~20-40 ms) are process start-up, not per-run work.
+        # imports and library set-up are process start-up, not per-run work.
         import pyarrow.parquet as pq
 
         pq.write_table(pq.ParquetFile(parquet).read_row_group(0).slice(0, 16), Path(warm) / "warm.parquet")
         run([str(Path(warm) / "warm.parquet")], Path(warm) / "out", opts, transcriber_factory=lambda _: transcriber)
+    return transcriber
+
+
+def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
+         profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None,
+         arena: bool = True, compact: bool = True) -> dict:  # fmt: skip
+    import common
+    from batchscribe.config import DecodeOptions
+    from batchscribe.run import RunOptions, run
+
+    threads = None if decode_mode is None else decode_mode == "threads"
+    opts = RunOptions(model=model, decode=DecodeOptions(temperatures=(0.0,)), workers=workers,
+                      decode_threads=threads, pinned_arena=arena)  # fmt: skip
+    t0 = time.perf_counter()
+    transcriber = _warmed(parquet, model, dtype, slots, config, arena, opts, decode_mode)
     load_s = time.perf_counter() - t0
-    engine = next(iter(transcriber._engines.values()))
+    sched = transcriber.scheduler()
+    engine = sched.engine
     capture = engine.graphs.plan.capture_seconds if engine.graphs else 0.0
     capture += engine.encoder_graphs.capture_seconds if engine.encoder_graphs else 0.0
+    sched.timings.clear()
     engine.timings.clear()
-    engine.decoder.timings.clear()
-    if ahead is not None:
-        engine.looks_before_admission = ahead
-    engine.compact_tail = compact
-    ring = engine.decoder.arena  # the pinned arena decode threads write into (None: packed)
+    changes = {"compact_tail": compact, **({} if ahead is None else {"looks_before_admission": ahead})}
+    runner = transcriber if changes == {"compact_tail": True} else _WithPolicy(transcriber, **changes)
+    ring = engine.arena  # the pinned arena decode threads write into (None: packed)
     fallbacks = ring.fallbacks if ring is not None else 0
     with tempfile.TemporaryDirectory() as out:
         common.sync()
         t0 = time.perf_counter()
         with _profiled(profile_rows, config):
-            run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: transcriber)
+            run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: runner)
             common.sync()
         seconds = time.perf_counter() - t0
-        hyps = {}
-        for shard in sorted(Path(out).glob("*.jsonl")):
-            for line in shard.read_text().splitlines():
-                rec = json.loads(line)
-                hyps[rec["id"]] = rec.get("text", "")
-    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
-          "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
-    # When, from run()'s call: the engine's stream starts, gets its first item, first and last
-    # admits, yields its last record; and how many items were decoded into ordinary memory because
-    # the pinned ring was full (packed as before).
-    print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3),
+        records = [json.loads(line) for shard in sorted(Path(out).glob("*.jsonl")) for line in shard.read_text().splitlines()]
+        hyps = {rec["id"]: rec.get("text", "") for rec in records}
+    print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in sched.timings.items()},
+          "admission parts:", {k: round(v, 3) for k, v in engine.timings.items()}, flush=True)  # fmt: skip
+    # When, from run()'s call: the stream starts, gets its first item, first and last admits,
+    # yields its last record; and how many items were decoded into ordinary memory because the
+    # pinned ring was full (packed as before).
+    print(f"{config}: timeline (s):", {k: round(v - t0, 3) for k, v in sched.marks.items()}, "end", round(seconds, 3),
           "arena fallbacks", "-" if ring is None else ring.fallbacks - fallbacks)  # fmt: skip
     result = {"seconds": seconds, "load_s": load_s, "capture_s": capture, "hyps": hyps, "config": config,
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
-    transcriber._engines.clear()  # free this configuration's caches and graphs before the next one
+    transcriber.release()  # free this configuration's caches and graphs before the next one
     return result
 
 
@@ -173,11 +202,7 @@ def peer(parquet: Path, folder: str, batch: int) -> dict:
     return {"seconds": time.perf_counter() - t0, "hyps": hyps, "batch": batch}
 
 
-def main() -> None:
-    import torch
-
-    import common
-
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parquet", type=Path, required=True)
     ap.add_argument("--replicate", type=int, default=10)
@@ -199,9 +224,9 @@ def main() -> None:
     ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
                     help="profile each run with torch.profiler and print the top ROWS host ops and kernels")
     ap.add_argument("--ahead", type=int, default=None,
-                    help="looks queued before each admission (diagnosis; default: the engine's)")
+                    help="looks queued before each admission (SchedulePolicy.looks_before_admission; diagnosis)")
     ap.add_argument("--no-compact", action="store_true",
-                    help="step the tail's windows where they are (Engine.compact_tail=False; diagnosis)")
+                    help="step the tail's windows where they are (SchedulePolicy.compact_tail=False; diagnosis)")
     ap.add_argument("--packed", action="store_true",
                     help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
                          "not into its pinned arena (the default with decode threads)")
@@ -209,7 +234,11 @@ def main() -> None:
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
                          "(to see where a run stalls before a time limit kills it)")
-    args = ap.parse_args()
+    return ap
+
+
+def _diagnosis(args: argparse.Namespace) -> None:
+    """The process-wide knobs the diagnosis flags turn."""
     if args.stall_dump > 0:
         import faulthandler
 
@@ -224,30 +253,40 @@ def main() -> None:
         import sys
 
         sys.setswitchinterval(args.switch_interval)
-    with tempfile.TemporaryDirectory() as tmp:
-        data = Path(tmp) / "w1.parquet"
-        n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
-        results = []
-        for config in args.configs:
-            r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
-                     args.ahead, not args.packed, not args.no_compact)
-            r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
-            # Printed now as well: a peer that runs past a time limit must not take these with it.
-            print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
-                  f"{r['slots']} slots", flush=True)  # fmt: skip
-            results.append(r)
-            common.sync()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-        peers = []
-        if torch.cuda.is_available():
-            from batchscribe.model.loading import resolve_model
 
-            folder = str(resolve_model(args.model))
-            for b in args.peer_batch:
-                p = peer(data, folder, b)
-                p["wer"] = wer(refs, {k.split("~")[0]: v for k, v in p["hyps"].items() if k.endswith("~0")})
-                peers.append(p)
+
+def _measure(args: argparse.Namespace, data: Path, audio_s: float, refs: dict[str, str]) -> tuple[list, list]:
+    import torch
+
+    import common
+
+    results = []
+    for config in args.configs:
+        r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
+                 args.ahead, not args.packed, not args.no_compact)  # fmt: skip
+        r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
+        # Printed now as well: a peer that runs past a time limit must not take these with it.
+        print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
+              f"{r['slots']} slots", flush=True)  # fmt: skip
+        results.append(r)
+        common.sync()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    peers = []
+    if torch.cuda.is_available():
+        from batchscribe.weights import resolve_model
+
+        folder = str(resolve_model(args.model))
+        for b in args.peer_batch:
+            p = peer(data, folder, b)
+            p["wer"] = wer(refs, {k.split("~")[0]: v for k, v in p["hyps"].items() if k.endswith("~0")})
+            peers.append(p)
+    return results, peers
+
+
+def _report(args: argparse.Namespace, n_items: int, audio_s: float, results: list, peers: list) -> None:
+    import common
+
     print(f"\nW1 {args.model}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, commit {common.commit()}")
     print(f"{'system':<52}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")
     for r in results:
@@ -257,18 +296,29 @@ def main() -> None:
         print(f"{'transformers bs ' + str(p['batch']):<52}{p['seconds']:>10.2f}{audio_s / p['seconds']:>10.0f}{100 * p['wer']:>8.2f}")
     for r in results:
         print(f"{r['attention']}: model load + capture {r['load_s']:.1f} s (capture {r['capture_s']:.1f} s), peak {r['memory']}")
-    if peers and not args.no_append:
-        best = max(peers, key=lambda p: audio_s / p["seconds"])
-        for r in results:
-            ratio = best["seconds"] / r["seconds"]
-            print(f"{r['attention']}: ratio vs best transformers batch: {ratio:.1f}x")
-            common.append_result({
-                "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records, attention {r['attention']}",
-                "ours": f"RTFx {audio_s / r['seconds']:.0f} ({r['slots']} slots)",
-                "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
-                "ratio": f"{ratio:.1f}x", "wer": f"{100 * r['wer']:.2f} / {100 * best['wer']:.2f} %",
-                "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
-            })  # fmt: skip
+    if not peers or args.no_append:
+        return
+    best = max(peers, key=lambda p: audio_s / p["seconds"])
+    for r in results:
+        ratio = best["seconds"] / r["seconds"]
+        print(f"{r['attention']}: ratio vs best transformers batch: {ratio:.1f}x")
+        common.append_result({
+            "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records, attention {r['attention']}",
+            "ours": f"RTFx {audio_s / r['seconds']:.0f} ({r['slots']} slots)",
+            "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
+            "ratio": f"{ratio:.1f}x", "wer": f"{100 * r['wer']:.2f} / {100 * best['wer']:.2f} %",
+            "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
+        })  # fmt: skip
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    _diagnosis(args)
+    with tempfile.TemporaryDirectory() as tmp:
+        data = Path(tmp) / "w1.parquet"
+        n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
+        results, peers = _measure(args, data, audio_s, refs)
+    _report(args, n_items, audio_s, results, peers)
 
 
 if __name__ == "__main__":

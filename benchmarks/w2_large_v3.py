@@ -22,12 +22,15 @@ import numpy as np
 import torch
 
 import common
-from batchscribe.config import DecodeOptions
-from batchscribe.engine.engine import Engine
-from batchscribe.engine.kernels import AttentionKinds
+from batchscribe.config import DecodeOptions, EngineOptions
+from batchscribe.engine.engine import build_engine
+from batchscribe.engine.scheduler import Scheduler
+from batchscribe.engine.setup import EngineConfig, resolve_engine
+from batchscribe.engine.windows import WindowPlanner, step_spec
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.model.whisper import DecoderCache, Whisper
+from batchscribe.model.whisper import Whisper
+from batchscribe.output.verbose_json import transcript_record
 
 LARGE_V3 = dict(
     vocab_size=51866, num_mel_bins=128, d_model=1280, encoder_layers=32, decoder_layers=32,
@@ -56,43 +59,59 @@ def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
     return tok
 
 
-def ours(tok: Tokenizer, windows: int, slots: int, dtype: torch.dtype, attention: AttentionKinds) -> dict:
-    dims = ModelDims.from_hf_config(LARGE_V3)
+def random_model(dtype: torch.dtype) -> Whisper:
+    """The large-v3 architecture with random weights on the GPU (layer norms keep unit gains)."""
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = Whisper(dims).to(dtype=dtype).eval()
+        model = Whisper(ModelDims.from_hf_config(LARGE_V3)).to(dtype=dtype).eval()
     for p in model.parameters():
-        if p.dim() >= 2:  # matrices and embeddings; layer norms keep their unit gains
+        if p.dim() >= 2:
             torch.nn.init.normal_(p, std=0.02)
-    options = DecodeOptions(
+    return model
+
+
+def exact_options(tok: Tokenizer) -> DecodeOptions:
+    """Greedy, no timestamps, no end-of-text: every window decodes exactly TOKENS tokens."""
+    return DecodeOptions(
         language="en", without_timestamps=True, temperatures=(0.0,), sample_len=TOKENS,
-        suppress_tokens=f"-1,{tok.eot}",  # no end-of-text: every window decodes exactly 128 tokens
-        compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
+        suppress_tokens=f"-1,{tok.eot}", compression_ratio_threshold=None, logprob_threshold=None,
+        no_speech_threshold=None,
     )  # fmt: skip
+
+
+def scheduler(model: Whisper, tok: Tokenizer, config: EngineConfig) -> Scheduler:
+    options = exact_options(tok)
+    engine = build_engine(model, step_spec(tok, options, [], model.dims.n_text_ctx), config)
+    return Scheduler(engine, WindowPlanner(tok, options))
+
+
+def ours(tok: Tokenizer, windows: int, config: EngineConfig) -> dict:
+    model = random_model(config.dtype)
     t0 = time.perf_counter()
-    engine = Engine(model, tok, options, [], torch.device("cuda"), n_slots=slots, attention=attention)
+    sched = scheduler(model, tok, config)
+    engine = sched.engine
     capture = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
-    list(engine.transcribe_stream((f"warm{i}", audio) for i in range(min(slots, 32))))  # warm-up
+    list(sched.run((f"warm{i}", audio) for i in range(min(engine.n_slots, 32))))  # warm-up
     common.sync()
-    engine.timings.clear(), engine.decoder.timings.clear()  # count the timed run only
+    sched.timings.clear(), engine.timings.clear()  # count the timed run only
     torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    records = list(engine.transcribe_stream((f"w{i}", audio) for i in range(windows)))
+    records = [transcript_record(t) for t in sched.run((f"w{i}", audio) for i in range(windows))]
     common.sync()
     seconds = time.perf_counter() - t0
     # Where the wall time goes beyond encoder + steps: host seconds by stage, row-steps (a full
     # packing needs windows x 128), and when the stream first/last admitted and yielded.
-    print("engine host seconds by stage:", {k: round(v, 3) for k, v in engine.timings.items()},
-          "admission parts:", {k: round(v, 3) for k, v in engine.decoder.timings.items()}, flush=True)  # fmt: skip
-    print("timeline (s):", {k: round(v - t0, 3) for k, v in engine.marks.items()}, "end", round(seconds, 3), flush=True)
+    print("engine host seconds by stage:", {k: round(v, 3) for k, v in sched.timings.items()},
+          "admission parts:", {k: round(v, 3) for k, v in engine.timings.items()}, flush=True)  # fmt: skip
+    print("timeline (s):", {k: round(v - t0, 3) for k, v in sched.marks.items()}, "end", round(seconds, 3), flush=True)
     breakdown = _breakdown(engine, audio)
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
     assert len(records) == windows
-    slots = engine.decoder.n_slots  # fewer than asked if allocating them ran out of memory
-    del engine, model
+    slots = engine.n_slots  # fewer than asked if allocating them ran out of memory
+    del engine, sched, model
     torch.cuda.empty_cache()
     return {"windows_per_s": windows / seconds, "seconds": seconds, "capture_s": capture,
             "tokens_per_window": float(np.mean([len(s["tokens"]) for r in records for s in r["segments"]])),
@@ -111,23 +130,22 @@ def _time_ms(fn, repeat: int = 5) -> float:
     return start.elapsed_time(end) / repeat
 
 
-def _breakdown(engine: Engine, audio: np.ndarray) -> dict:
+def _breakdown(engine, audio: np.ndarray) -> dict:
     """Device time of the two halves: the encoder per window, one decode step at full slots."""
-    dec = engine.decoder
-    model = dec.model
+    model, encoder, state = engine.model, engine.encoder, engine.slots.state
     group = 32
-    mel = dec.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(dec.dtype)
+    mel = encoder.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(encoder.dtype)
     with torch.no_grad():
         enc_ms = _time_ms(lambda: model.encoder(mel)) / group
     runner = engine.graphs
     # Every row running, mid-window (position MID_KV of 4 + 128), as in the run: after it all rows
-    # are inert, and the cross kernel skips inert rows' reads (a step over them timed ~20 % short).
-    dec.running.fill_(True)
-    dec.sample_begin.fill_(4)
-    dec.sample_end.fill_(dec.n_ctx)
+    # are inert, and the cross kernel skips inert rows' reads (a step over them would time short).
+    state.running.fill_(True)
+    state.sample_begin.fill_(4)
+    state.sample_end.fill_(engine.n_ctx)
     step_ms = {}
     for kv in runner.kv_buckets:
-        dec.positions.fill_(min(MID_KV, kv - 12))  # the 11 replays below stay inside the bucket
+        state.positions.fill_(min(MID_KV, kv - 12))  # the 11 replays below stay inside the bucket
         step_ms[kv] = _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv, False].replay(), 10)
     return {"encoder_ms_per_window": enc_ms, "step_ms_full_bucket": step_ms}
 
@@ -191,14 +209,9 @@ def main() -> None:
     results = []
     for config in args.configs:
         attention, cross_kv = config.split(":")
-        kinds = AttentionKinds.resolve(attention, cross_kv, torch.device("cuda"), dtype)
-        slots = args.slots
-        if not slots:
-            from batchscribe.engine.graphs import slots_for_memory
-
-            free, _ = torch.cuda.mem_get_info()
-            slots = slots_for_memory(free, DecoderCache.bytes_per_slot(dims, dtype, kinds.cross_dtype), cap=256)
-        r = ours(tok, args.windows, slots, dtype, kinds)
+        options = EngineOptions(device="cuda", dtype="bfloat16", batch_size=args.slots or None, attention=attention,
+                                cross_kv=cross_kv)  # fmt: skip
+        r = ours(tok, args.windows, resolve_engine(options, dims).with_slots(dims))
         r["config"] = config
         print(f"batchscribe {config}: {r}", flush=True)
         results.append(r)
