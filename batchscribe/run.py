@@ -71,7 +71,7 @@ class RunOptions:
     # one item). None: threads when the model runs on CUDA, processes on the CPU.
     decode_threads: bool | None = None
     # GPU runs with decode threads: decode into pinned memory the engine copies from by DMA, instead
-    # of packing samples (engine/pinned.py; W1 on the H200 ~10 % faster). None: on there.
+    # of packing samples (engine/pinned.py; measured faster). None: on there.
     pinned_arena: bool | None = None
     max_errors: int | None = None  # stop (exit 1) once errors in the directory exceed this
     shard_size: int = 1000  # records per shard file

@@ -1,16 +1,13 @@
 """Pinned host memory that decode threads decode into, so audio reaches the GPU without a host copy.
 
-Build item 4 of the GPU engine: decoded audio arrives in pinned memory. One pinned block is
-allocated once, at start-up (never per item: page-locking takes the CUDA driver's locks, and CUDA
-calls from decode threads stalled the engine's launches, docs/GPU_NOTES.md). Decode threads take
+One pinned block is allocated once, at start-up (never per item: page-locking takes the CUDA
+driver's locks, and CUDA calls from decode threads stall the engine's launches). Decode threads take
 each item's samples from it (`decode_audio(allocate=arena.allocate)`); admission then copies them
-to the device with asynchronous DMA instead of first packing every sample into its staging buffer
-(~6 ms per 64 LibriSpeech windows on the H200 host).
+to the device with asynchronous DMA instead of first packing every sample into its staging buffer,
+which is the largest host cost of an admission.
 
 On by default for GPU runs that decode in threads (`RunOptions.pinned_arena`; processes cannot
-write into it). On the H200, W1 (train-clean-5, fp16) ran at 13,340-13,486 with it and 11,021-12,335
-packed, in the same calls (docs/GPU_NOTES.md). An earlier version, which made a ctypes array type per
-item, had not been faster.
+write into it): measured faster end to end (docs/GPU_NOTES.md).
 
 Items are carved from the block as a ring, in the order they are decoded, and given back when the
 last view of their samples dies; when the ring is full (a long item still alive at its tail), an

@@ -2,7 +2,7 @@
 
 `logits.LogitRules.apply` + `logits.select_tokens` (greedy) + the softmax the no-speech probability
 is read from are a dozen full-vocabulary passes over a [B, 51864] float32 tensor and ~40 small
-kernels per step; on the H200 they took a large share of tiny.en's W1 step time (docs/GPU_NOTES.md).
+kernels per step, a large share of a small model's step time on the GPU (docs/GPU_NOTES.md).
 Every rule only masks columns under per-row conditions, and all the choice needs from the masked
 row is a few reductions, so one program per row reads the logits once, in their own dtype:
 

@@ -74,7 +74,7 @@ class AudioEncoder(nn.Module):
         x = F.gelu(self.conv1(mel))
         # contiguous(): a transposed view here would make every later activation inherit the
         # [B, d, T] memory layout, and each layer then pays strided copies for its layer norms,
-        # matmuls and residual adds (1.7 ms of 5.9 ms per large-v3 window on the H200).
+        # matmuls and residual adds (a large share of the encoder's time; docs/GPU_NOTES.md).
         x = F.gelu(self.conv2(x)).transpose(1, 2).contiguous()  # [B, 1500, d]
         x = x + self.embed_positions.weight[: x.shape[1]]
         for layer in self.layers:

@@ -7,8 +7,15 @@
 #   run(carry=[".whl2", ".stage/p1"], command="bash benchmarks/device/call_a.sh COMMIT [W2 ARGS...]")
 #   run(carry=[".stage/p2"],          command="bash benchmarks/device/call_b.sh COMMIT [PYTEST ARGS...]")
 #   run(carry=[".stage/p3"],          command="bash benchmarks/device/call_c.sh COMMIT")  (train-clean-5 W1)
+# With BEFORE=COMMIT, ab.sh then runs W1/W2 on that commit and this checkout in one call (carry .before).
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
+grep -qx '/.before/' .git/info/exclude 2>/dev/null || printf '/.before/\n' >> .git/info/exclude
+# BEFORE=COMMIT: that commit's package and benchmarks in .before/, for ab.sh (before/after in one call).
+if [ -n "${BEFORE:-}" ]; then
+    rm -rf .before && mkdir -p .before && git archive "$BEFORE" batchscribe benchmarks | tar -x -C .before
+    git rev-parse --short "$BEFORE" > .before/COMMIT
+fi
 
 # cp312 wheels the device image lacks (FlashInfer whole: a first run there JIT-compiles its kernels).
 mkdir -p .whl2
