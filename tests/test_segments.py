@@ -1,4 +1,4 @@
-"""Segments, seek advance and records against openai-whisper's transcribe() and the OpenAI SDK types.
+"""Segments and seek advance against openai-whisper's transcribe().
 
 The reference for `split_window` is openai-whisper's own `transcribe()` run on the same tokens: a
 scripted stand-in replaces only the neural network (`model.decode` returns the given tokens per
@@ -25,19 +25,10 @@ from hypothesis import strategies as st
 
 from batchscribe.constants import N_FRAMES, SAMPLE_RATE
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.output.verbose_json import (
-    Segment,
-    WindowStats,
-    clamp_segments,
-    compression_ratio,
-    make_error_record,
-    make_record,
-    split_window,
-)
-from tests.test_tokenizer import model_folder
+from batchscribe.segments import Segment, WindowStats, compression_ratio, split_window
+from tests.model.test_tokenizer import model_folder
 
 whisper = pytest.importorskip("whisper")
-from openai.types.audio import TranscriptionSegment, TranscriptionVerbose  # noqa: E402
 from whisper.decoding import DecodingResult  # noqa: E402
 from whisper.transcribe import transcribe as openai_transcribe  # noqa: E402
 from whisper.utils import compression_ratio as openai_compression_ratio  # noqa: E402
@@ -51,7 +42,7 @@ def tok(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 @cache
-def _words(tok_path: str) -> tuple[tuple[int, ...], ...]:
+def sample_words(tok_path: str) -> tuple[tuple[int, ...], ...]:
     tok = Tokenizer.from_folder(tok_path)
     return tuple(tuple(tok.encode(w)) for w in [" Hello", " world,", " and", " so", " my", " fellow", " ", "."])
 
@@ -204,7 +195,7 @@ def window_tokens(draw: st.DrawFn, tb: int, words: tuple[tuple[int, ...], ...]) 
     return tokens
 
 
-def _stalls(tokens: list[int], tb: int) -> bool:
+def stalls(tokens: list[int], tb: int) -> bool:
     # openai loops forever when the last complete pair sits at <|0.00|>: keep those out.
     pairs = [i for i in range(len(tokens) - 1) if tokens[i] >= tb and tokens[i + 1] >= tb]
     single_end = len(tokens) >= 2 and tokens[-1] >= tb and tokens[-2] < tb
@@ -214,10 +205,10 @@ def _stalls(tokens: list[int], tb: int) -> bool:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), seconds=st.sampled_from([3.3, 29.99, 30.0, 47.5, 75.02]))
 def test_split_window_equals_openai_transcribe(tok: Tokenizer, data: st.DataObject, seconds: float) -> None:
-    words = _words(str(_tokenizer_path(tok)))
+    words = sample_words(str(tokenizer_folder(tok)))
     tb = tok.timestamp_begin
     script = data.draw(st.lists(window_tokens(tb, words), min_size=1, max_size=4))
-    assume(not any(_stalls(w, tb) for w in script))
+    assume(not any(stalls(w, tb) for w in script))
     n_samples = round(seconds * SAMPLE_RATE)
     ours, seeks = our_segments(script, n_samples, tok)
     assert as_openai(ours) == openai_segments(script, n_samples)
@@ -228,11 +219,11 @@ def test_split_window_equals_openai_transcribe(tok: Tokenizer, data: st.DataObje
         assert window_start <= s.start <= s.end <= window_start + 30.0 + 1e-9
 
 
-def _tokenizer_path(tok: Tokenizer) -> Path:
+def tokenizer_folder(tok: Tokenizer) -> Path:
     return Path(tok._source).parent
 
 
-# -- records -------------------------------------------------------------------------------------
+# -- window stats and segments --------------------------------------------------------------------
 
 
 @settings(max_examples=50, deadline=None)
@@ -256,50 +247,6 @@ def test_window_stats_as_openai_decoding_computes_them(tok: Tokenizer) -> None:
         assert (stats.temperature, stats.no_speech_prob) == (0.2, 0.3)
 
 
-def validate(record: dict[str, Any]) -> None:
-    parsed = TranscriptionVerbose.model_validate(record, strict=True)
-    assert set(record) == {"id", "text", "language", "duration", "segments"}
-    assert parsed.segments is not None and len(parsed.segments) == len(record["segments"])
-    for seg in record["segments"]:
-        TranscriptionSegment.model_validate(seg, strict=True)
-        assert set(seg) == set(TranscriptionSegment.model_fields)  # nothing missing or extra
-    json.dumps(record, allow_nan=False)  # JSON-safe: no NaN/inf
-
-
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), seconds=st.sampled_from([3.3, 30.0, 47.5, 75.02]))
-def test_records_validate_and_stay_in_bounds(tok: Tokenizer, data: st.DataObject, seconds: float) -> None:
-    words = _words(str(_tokenizer_path(tok)))
-    script = data.draw(st.lists(window_tokens(tok.timestamp_begin, words), min_size=1, max_size=4))
-    assume(not any(_stalls(w, tok.timestamp_begin) for w in script))
-    segments, _ = our_segments(script, round(seconds * SAMPLE_RATE), tok)
-    record = make_record("item-1", segments, "en", seconds)
-    validate(record)
-    assert record["language"] == "english"
-    assert record["text"] == "".join(s.text for s in segments)
-    assert [s["id"] for s in record["segments"]] == list(range(len(segments)))
-    # The segments are clamp_segments' result as the dataclass defines it, key order included.
-    expected = [{**asdict(s), "tokens": list(s.tokens)} for s in clamp_segments(segments, seconds)]
-    assert json.dumps(record["segments"]) == json.dumps(expected)
-    previous_end = 0.0
-    for s in record["segments"]:
-        assert previous_end <= s["start"] <= s["end"] <= seconds
-        previous_end = s["end"]
-
-
-def test_clamping_rule(tok: Tokenizer) -> None:
-    def seg(start: float, end: float, text: str) -> Segment:
-        return Segment(7, 0, start, end, text, (1,), 0.0, -0.1, 1.0, 0.0)
-
-    segments = [seg(-0.5, 4.0, " a"), seg(3.5, 9.0, " b"), seg(9.5, 12.0, " c"), seg(11.0, 12.0, " d")]
-    record = make_record("x", segments, "English", 10.0)
-    validate(record)
-    times = [(s["start"], s["end"], s["text"]) for s in record["segments"]]
-    # start = clamp(start, previous end, duration); end = clamp(end, start, duration): moved, never dropped.
-    assert times == [(0.0, 4.0, " a"), (4.0, 9.0, " b"), (9.5, 10.0, " c"), (10.0, 10.0, " d")]
-    assert record["text"] == " a b c d"
-
-
 def test_segment_built_by_split_window_is_a_plain_segment(tok: Tokenizer) -> None:
     # split_window fills a frozen dataclass's __dict__ directly: the object must be indistinguishable.
     tb, hello = tok.timestamp_begin, tok.encode(" Hello")
@@ -313,23 +260,6 @@ def test_segment_built_by_split_window_is_a_plain_segment(tok: Tokenizer) -> Non
         built.text = "changed"  # type: ignore[misc]
     # to_dict: the fields in declaration order, tokens as a list (what json.dumps writes).
     assert json.dumps(built.to_dict()) == json.dumps({**asdict(plain), "tokens": list(plain.tokens)})
-
-
-def test_language_names_follow_the_openai_api() -> None:
-    assert make_record("x", [], "de", 1.0)["language"] == "german"
-    assert make_record("x", [], "Haitian Creole", 1.0)["language"] == "haitian creole"
-    validate(make_record("x", [], "en", 0.0))
-    with pytest.raises(ValueError, match="item 'x': unknown language 'xx'"):
-        make_record("x", [], "xx", 1.0)
-
-
-def test_error_record_and_passthrough() -> None:
-    error = "cannot decode a/b.flac: not audio; remove it or convert it"
-    record = make_error_record("a/b.flac", error, {"split": "dev"})
-    assert record == {"id": "a/b.flac", "error": record["error"], "duration": None, "split": "dev"}
-    with pytest.raises(ValueError, match=r"\['text'\] would overwrite"):
-        make_error_record("a", "e", {"text": "reference"})
-    assert make_record("a", [], "en", 1.0, {"speaker": 3})["speaker"] == 3
 
 
 # -- real speech ---------------------------------------------------------------------------------
@@ -347,7 +277,7 @@ def test_real_transcripts_decode_as_references(
 
     from batchscribe.api import Transcriber
     from batchscribe.audio.decode import decode_audio
-    from tests.test_tokenizer import openai_tokenizer
+    from tests.model.test_tokenizer import openai_tokenizer
 
     folder = request.getfixturevalue(model_fixture)
     if model_fixture == "base_dir":

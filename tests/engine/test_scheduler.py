@@ -15,7 +15,6 @@ from batchscribe.config import DecodeOptions
 from tests.engine.helpers import GREEDY, records
 from tests.engine.helpers import check_record as _check_record
 
-pytest.importorskip("openai.types.audio")
 # A fallback ladder and a threshold some windows fail: sampled retries are part of the mix.
 FALLBACK = DecodeOptions(temperatures=(0.0, 0.6), logprob_threshold=-0.4)
 
@@ -91,6 +90,7 @@ def test_lagged_collection_gives_identical_records(transcriber, items, monkeypat
 
 def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:
     """Windows admitted into different slots, in groups, at different times decode identically."""
+    pytest.importorskip("openai.types.audio")
     from batchscribe.api import Transcriber
 
     audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_1_4482311_3_62.wav")
@@ -165,6 +165,7 @@ def test_compacting_the_tail_changes_no_token(tiny_en_dir, shared_data, fallback
     """Once nothing is left to admit, running windows move down into the rows finished ones left
     (Slots.compact), so steps cover fewer rows; every record stays the same, long-form seeks and
     sampled fallbacks (whose noise is keyed by window, not slot) included."""
+    pytest.importorskip("openai.types.audio")
     from batchscribe.api import Transcriber
 
     audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_1_4482311_3_62.wav")

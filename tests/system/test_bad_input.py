@@ -29,7 +29,7 @@ from batchscribe.cli import app
 from batchscribe.constants import NO_SPEECH_THRESHOLD
 
 RATE = 16000
-DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
+DEMO = Path(__file__).resolve().parents[2] / "batchscribe" / "demo"
 GOOD_CLIP = DEMO / "sense_and_sensibility_01_austen_64kb-0870.flac"  # 7.1 s of real speech
 # Decoding time on the CPU grows with the tokens per window, so the real-speech items are the
 # first 2 s of the bundled demo clips (a few words each).

@@ -31,7 +31,7 @@ from batchscribe.output.writers import ShardWriter
 from batchscribe.run import RunOptions, run
 
 RATE = 16000
-DEMO_CLIP = (Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
+DEMO_CLIP = (Path(__file__).resolve().parents[2] / "batchscribe" / "demo"
              / "sense_and_sensibility_01_austen_64kb-0870.flac")
 FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -35,7 +35,7 @@ import soundfile as sf
 
 # Real test-other utterances whose first 2.5 s tiny.en decodes greedily (no temperature
 # fallback). Sampled fallback windows are keyed per item and window, so they too resume
-# identically (tests/test_engine.py checks that); these clips keep the kill test fast.
+# identically (tests/engine/test_scheduler.py checks that); these clips keep the kill test fast.
 CLIP_IDS = (
     "533-1066-0002", "533-1066-0008", "1688-142285-0004", "1998-15444-0000", "1998-15444-0006",
     "2033-164914-0002", "2609-156975-0000", "2609-156975-0006", "3005-163389-0002",
@@ -203,8 +203,8 @@ def test_kill_during_model_conversion_then_rerun(tiny_en_dir: Path, tmp_path: Pa
             "--workers", "0", "--no-progress", "--no-report"]
     script = (
         "import os, signal, sys\n"
-        "from batchscribe.model import ct2\n"
-        "ct2._write_json = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from batchscribe.weights import ct2_convert\n"
+        "ct2_convert._write_json = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "from batchscribe.cli import app\n"
         f"sys.argv = ['batchscribe', *{args!r}]\n"
         "app()\n"

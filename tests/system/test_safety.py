@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from batchscribe.cli import app
 
-PACKAGE = Path(__file__).resolve().parents[1] / "batchscribe"
+PACKAGE = Path(__file__).resolve().parents[2] / "batchscribe"
 WIDE = {"COLUMNS": "400"}
 runner = CliRunner()
 
