@@ -32,7 +32,8 @@ from batchscribe.audio.sources import SourceError, SourceOptions
 from batchscribe.attention.names import kernel_help
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
-from batchscribe.run import RunOptions, RunProgress, RunResult, TooManyErrors, run
+from batchscribe.run import RunOptions, RunResult, TooManyErrors, run
+from batchscribe.sink import RunProgress
 
 RUN_EXAMPLES = """\
 [bold]Examples[/bold]

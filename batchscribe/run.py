@@ -33,7 +33,7 @@ from batchscribe.output.resume import (
 )
 from batchscribe.output.verbose_json import make_error_record
 from batchscribe.output.writers import ShardWriter, hostname, package_versions, write_summary
-from batchscribe.sink import ProgressCallback, RunProgress, Sink
+from batchscribe.sink import ProgressCallback, Sink
 from batchscribe.version import __version__
 
 

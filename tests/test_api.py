@@ -3,27 +3,19 @@ OpenAI SDK's types."""
 
 from __future__ import annotations
 
-import jiwer
 import pytest
 
 from batchscribe.audio.decode import decode_audio
-from tests.engine.helpers import GREEDY
+from tests.engine.helpers import greedy_transcriber
+from tests.engine.helpers import openai_wer as _wer
 from tests.engine.helpers import check_record as _check_record
 
-openai_types = pytest.importorskip("openai.types.audio")
-normalizers = pytest.importorskip("whisper.normalizers")
+pytest.importorskip("openai.types.audio")
 
 
 @pytest.fixture(scope="module")
 def transcriber(tiny_en_dir):
-    from batchscribe.api import Transcriber
-
-    return Transcriber(str(tiny_en_dir), device="cpu", batch_size=4, **GREEDY)
-
-
-def _wer(ref: str, hyp: str) -> float:
-    norm = normalizers.EnglishTextNormalizer()
-    return jiwer.wer(norm(ref), norm(hyp))
+    return greedy_transcriber(tiny_en_dir)
 
 
 def test_jfk(transcriber, shared_data) -> None:

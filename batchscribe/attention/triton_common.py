@@ -9,7 +9,7 @@ stores its unnormalised output and (max, sum), and `merge_splits` combines them.
 from __future__ import annotations
 
 import math
-from typing import Protocol
+from dataclasses import dataclass
 
 import torch
 
@@ -26,10 +26,22 @@ def triton_available() -> bool:
     return triton is not None
 
 
-class LaunchShape(Protocol):
+@dataclass(frozen=True)
+class LaunchShape:
+    """How a kernel is launched; each kernel's defaults were chosen by measurement."""
+
     block_n: int  # keys per loop iteration
-    min_programs: int  # split the keys until rows x heads x splits reaches this
-    max_split: int
+    num_warps: int
+    min_programs: int = 1024  # split the keys until rows x heads x splits reaches this
+    max_split: int = 8
+
+
+def check_caches(kernel: str, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
+    """What both kernels assume of their inputs: triton present, K and V alike, head_dim contiguous."""
+    if triton is None:
+        raise RuntimeError(f"the triton {kernel} kernel needs the triton package (it ships with CUDA torch)")
+    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
+        raise ValueError("K and V caches must share strides with contiguous head_dim")
 
 
 if triton is not None:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from batchscribe.attention.triton_common import LOG2E, merge_splits, split_buffers, triton_available
+from batchscribe.attention.triton_common import LOG2E, LaunchShape, check_caches, merge_splits, split_buffers
+from batchscribe.attention.triton_common import triton_available
 
 if triton_available():
     import triton
@@ -31,15 +32,13 @@ if triton_available():
 
 
 @dataclass(frozen=True)
-class CrossConfig:
+class CrossConfig(LaunchShape):
     """Launch shape, chosen by measurement (benchmarks/cross_kernels.py under CUDA graphs;
     docs/GPU_NOTES.md): 256-frame blocks; how far small batches split mattered little."""
 
     block_n: int = 256  # frames per loop iteration
     num_warps: int = 4
     num_stages: int = 2
-    min_programs: int = 1024  # split the frames until rows x heads x splits reaches this
-    max_split: int = 8
 
 
 if triton_available():
@@ -83,12 +82,9 @@ def cross_attention(
 ) -> torch.Tensor:  # [B, n_head, head_dim], q's dtype
     """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's frames. Rows with `live[i]` False
     read one frame per split and get a finite value nobody uses."""
-    if not triton_available():
-        raise RuntimeError("the triton cross-attention kernel needs the triton package (it ships with CUDA torch)")
+    check_caches("cross-attention", q, k_cache, v_cache)
     n_rows, n_head, head_dim = q.shape
     n_ctx = k_cache.shape[2]
-    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
-        raise ValueError("K and V caches must share strides with contiguous head_dim")
     out = torch.empty_like(q)
     split, chunk, acc, ml = split_buffers(out, n_ctx, config)
     scale = LOG2E / math.sqrt(head_dim)

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from batchscribe.attention.triton_common import LOG2E, merge_splits, split_buffers, triton_available
+from batchscribe.attention.triton_common import LOG2E, LaunchShape, check_caches, merge_splits, split_buffers
+from batchscribe.attention.triton_common import triton_available
 
 if triton_available():
     import triton
@@ -30,14 +31,12 @@ if triton_available():
 
 
 @dataclass(frozen=True)
-class SelfConfig:
+class SelfConfig(LaunchShape):
     """Launch shape, chosen by measurement (benchmarks/self_kernels.py under CUDA graphs;
     docs/GPU_NOTES.md has the table): one warp per (row, head) with 32-position blocks."""
 
     block_n: int = 32  # positions per loop iteration
     num_warps: int = 1
-    min_programs: int = 1024  # split the positions until rows x heads x splits reaches this
-    max_split: int = 8
 
 
 if triton_available():
@@ -84,12 +83,9 @@ def self_attention(
 ) -> torch.Tensor:  # [B, n_head, head_dim], q's dtype
     """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's first lengths[i] positions. Rows
     with `live[i]` False read one position and get a finite value nobody uses."""
-    if not triton_available():
-        raise RuntimeError("the triton self-attention kernel needs the triton package (it ships with CUDA torch)")
+    check_caches("self-attention", q, k_cache, v_cache)
     n_rows, n_head, head_dim = q.shape
     n_ctx = k_cache.shape[1]
-    if k_cache.stride() != v_cache.stride() or k_cache.stride(-1) != 1 or q.stride(-1) != 1:
-        raise ValueError("K and V caches must share strides with contiguous head_dim")
     out = torch.empty_like(q)
     # Splits by the cache's length (lengths stay on the device: no sync, one graph per bucket).
     split, chunk, acc, ml = split_buffers(out, n_ctx, config)

@@ -15,7 +15,6 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
 
-import numpy as np
 import torch
 
 from batchscribe.attention.registry import build_backend

@@ -8,14 +8,12 @@ import re
 import pytest
 import torch
 
-from batchscribe.attention.flashinfer import flashinfer_available
 from batchscribe.attention.registry import AttentionPlan, build_backend
 from batchscribe.attention.sdpa import SdpaBackend
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from tests.attention.helpers import tiny_dims
-
-needs_flashinfer = pytest.mark.skipif(not flashinfer_available(), reason="needs flashinfer-python (the gpu extra)")
+from tests.marks import needs_flashinfer
 
 
 def test_flashinfer_backend_refuses_the_cpu() -> None:

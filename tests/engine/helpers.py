@@ -14,6 +14,23 @@ from batchscribe.output.verbose_json import transcript_record
 GREEDY = dict(temperatures=(0.0,))
 
 
+def greedy_transcriber(model_dir):
+    """Real tiny.en on the CPU, 4 slots, greedy: what the end-to-end engine tests share."""
+    from batchscribe.api import Transcriber
+
+    return Transcriber(str(model_dir), device="cpu", batch_size=4, **GREEDY)
+
+
+def openai_wer(ref: str, hyp: str) -> float:
+    """WER after openai-whisper's English normaliser (jiwer)."""
+    import jiwer
+    import pytest
+
+    normalizers = pytest.importorskip("whisper.normalizers")
+    norm = normalizers.EnglishTextNormalizer()
+    return jiwer.wer(norm(ref), norm(hyp))
+
+
 def check_record(record: dict) -> None:
     """A record validates as the OpenAI SDK's TranscriptionVerbose, segments in order within it."""
     from openai.types.audio import TranscriptionSegment, TranscriptionVerbose

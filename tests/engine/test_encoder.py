@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from batchscribe.engine.encoder import ENCODER_CHUNKS, encoder_chunks
+from tests.marks import needs_cuda
 
 
 def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
@@ -16,18 +17,9 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
     assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
 
 
-def _has_flashinfer() -> bool:
-    from batchscribe.attention.flashinfer import flashinfer_available
-
-    return flashinfer_available()
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("attention,cross_kv", [
-    ("sdpa", "auto"),
-    pytest.param("auto", "fp8", marks=pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python")),
-])  # fmt: skip
+@needs_cuda
+@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), ("auto", "fp8")])
 def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, shared_data, attention, cross_kv) -> None:
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
     same cross cache as the same chunk run eagerly, for every chunk size, into any slots."""

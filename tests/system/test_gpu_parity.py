@@ -7,23 +7,12 @@ import dataclasses
 import io
 
 import pytest
-import torch
 
 from tests.engine.helpers import records, tokens
+from tests.marks import gpu, needs_flashinfer
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = gpu
 
-
-def _has_flashinfer() -> bool:
-    from batchscribe.attention.flashinfer import flashinfer_available
-
-    return flashinfer_available()
-
-
-needs_flashinfer = pytest.mark.skipif(not _has_flashinfer(), reason="needs flashinfer-python (the gpu extra)")
 
 
 @pytest.fixture(scope="module")
