@@ -33,6 +33,7 @@ cp "$tiny"/*.json .stage/p1/tinyjson/
 split -n 3 -d "$tiny/model.safetensors" .stage/tinypart_
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
+cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p2/data/librispeech/  # the GPU feature tests
 cp ../shared/data/misc/jfk.flac .stage/p2/data/misc/
 # W1's utterances as BENCHMARKS.md measured its peer (~13 s each): the first 100 of train-clean-5.
 mkdir -p .stage/p3/data/librispeech

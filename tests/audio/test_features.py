@@ -41,7 +41,10 @@ def speech(shared_data: Path) -> list[np.ndarray]:
     """The four test-clean utterances (FLAC bytes in the Parquet), read directly with soundfile."""
     import pyarrow.parquet as pq
 
-    table = pq.read_table(shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet")
+    path = shared_data / "librispeech" / "test-clean-subset-00000-of-00001.parquet"
+    if not path.is_file():  # e.g. a partial copy of the data on the GPU machine
+        pytest.skip(f"shared data lacks {path}")
+    table = pq.read_table(path)
     clips = []
     for cell in table.column("audio").to_pylist():
         samples, rate = sf.read(io.BytesIO(cell["bytes"]), dtype="float32")
