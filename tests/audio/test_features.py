@@ -169,7 +169,10 @@ def utterances(shared_data: Path) -> list[tuple[str, np.ndarray]]:
     """The first eight test-other utterances as (id, samples)."""
     import pyarrow.parquet as pq
 
-    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:8]
+    path = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    if not path.is_file():  # e.g. a partial copy of the data on the GPU machine
+        pytest.skip(f"shared data lacks {path}")
+    rows = pq.read_table(path).to_pylist()[:8]
     return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
 
 
