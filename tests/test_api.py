@@ -27,3 +27,21 @@ def test_jfk(transcriber, shared_data) -> None:
     assert record["segments"][0]["start"] == 0.0
     seg = record["segments"][0]
     assert 0.0 <= seg["no_speech_prob"] < 0.2 and -1.0 < seg["avg_logprob"] < 0.0
+
+
+def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
+    """EngineOptions (or the same fields as keywords, not both) resolve into the transcriber's
+    EngineConfig; describe() reports it and the identity a resume checks."""
+    from batchscribe.api import Transcriber
+    from batchscribe.config import ConfigError, EngineOptions
+
+    t = Transcriber(str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=3, cuda_graphs=False))
+    assert t.config.device.type == "cpu" and t.config.n_slots == t.n_slots == 3 and not t.config.cuda_graphs
+    described = t.describe()
+    assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32"}
+    assert described["engine"]["batch_size"] == 3 and described["engine"]["device"] == "cpu"
+    assert t.scheduler().engine.n_slots == 3
+    with pytest.raises(ConfigError, match="not both"):
+        Transcriber(str(tiny_en_dir), device="cpu", engine=EngineOptions(device="cpu"))
+    with pytest.raises(ConfigError, match="not a device"):
+        Transcriber(str(tiny_en_dir), device="gpu0")

@@ -97,6 +97,23 @@ def test_changed_settings_exit_2(tmp_path: Path, fake_model: FakeTranscriber) ->
     assert runner.invoke(app, [*args, "--language", "en", "--overwrite"]).exit_code == 0
 
 
+def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--device, --dtype, --batch-size, --attention, --cross-kv and --no-cuda-graphs arrive together
+    as RunOptions.engine, the EngineOptions the transcriber is built from."""
+    from batchscribe.config import EngineOptions
+
+    seen: list = []
+    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: seen.append(opts) or FakeTranscriber())
+    args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report",
+            "--device", "cpu", "--dtype", "float32", "--batch-size", "3", "--attention", "sdpa", "--cross-kv", "fp8",
+            "--no-cuda-graphs"]  # fmt: skip
+    assert runner.invoke(app, args).exit_code == 0
+    assert seen[0].engine == EngineOptions(device="cpu", dtype="float32", batch_size=3, cuda_graphs=False,
+                                           attention="sdpa", cross_kv="fp8")  # fmt: skip
+    assert runner.invoke(app, [*args[:-1], "--cuda-graphs", "--overwrite"]).exit_code == 0
+    assert seen[1].engine.cuda_graphs
+
+
 def test_demo_manifest_is_packaged() -> None:
     rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
     assert len(rows) == 3

@@ -27,12 +27,13 @@ class FakeTranscriber:
 
     n_slots = 2
 
-    def __init__(self, fail_after: int | None = None) -> None:
+    def __init__(self, fail_after: int | None = None, dtype: str = "fake") -> None:
         self.fail_after = fail_after
         self.seen: list[str] = []
+        self.dtype = dtype
 
     def describe(self) -> dict[str, Any]:
-        return {"model": {"name": "fake"}, "engine": {"device": "cpu"}, "identity": {"dtype": "fake"}}
+        return {"model": {"name": "fake"}, "engine": {"device": "cpu"}, "identity": {"dtype": self.dtype}}
 
     def host_allocator(self) -> None:
         return None
@@ -120,6 +121,24 @@ def test_crash_then_resume_is_exactly_once(tmp_path: Path, fail_after: int) -> N
     assert not before & set(second.seen)  # committed work is not redone
     assert result.summary["this_run"]["skipped_completed"] == len(before)
     assert result.summary["items"] == len(rows)
+
+
+def test_changed_engine_identity_is_refused(tmp_path: Path) -> None:
+    """The resolved engine's identity (dtype, kernels) pins a directory as the settings do; a
+    directory written before it was recorded resumes."""
+    manifest, rows = make_manifest(tmp_path, n_copies=1)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run([str(manifest)], out, opts(), lambda o: FakeTranscriber(fail_after=2))
+    assert json.loads((out / "run_config.json").read_text())["engine"] == {"dtype": "fake"}
+    with pytest.raises(ResumeConflictError, match="engine"):
+        run([str(manifest)], out, opts(), lambda o: FakeTranscriber(dtype="float16"))
+    config = json.loads((out / "run_config.json").read_text())
+    del config["engine"]  # as an earlier version wrote it
+    (out / "run_config.json").write_text(json.dumps(config))
+    later = FakeTranscriber(dtype="float16")
+    run([str(manifest)], out, opts(), lambda o: later)
+    assert sorted(r["id"] for r in read_all(out)) == sorted(rows) and later.seen
 
 
 def test_changed_model_is_refused_unless_overwrite(tmp_path: Path) -> None:
