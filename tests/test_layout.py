@@ -96,3 +96,16 @@ def test_only_the_cli_imports_typer_and_rich() -> None:
 def test_only_the_graph_module_captures() -> None:
     users = {_module_name(p) for p in PACKAGE.rglob("*.py") if "CUDAGraph" in p.read_text()}
     assert users == {"batchscribe.engine.graphs"}
+
+
+def test_modules_and_functions_stay_short() -> None:
+    """One concern per module: at most ~400 lines a module and ~60 a function (STYLE.md)."""
+    long_modules, long_functions = [], []
+    for path in PACKAGE.rglob("*.py"):
+        source = path.read_text()
+        if len(source.splitlines()) > 400:
+            long_modules.append(_module_name(path))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{_module_name(path)}.{node.name}")
+    assert long_modules == [] and long_functions == []
