@@ -23,8 +23,12 @@ FALLBACK = DecodeOptions(temperatures=(0.0, 0.6), logprob_threshold=-0.4)
 def transcriber(tiny_en_dir):
     from batchscribe.api import Transcriber
 
+    # One thread while this module runs (float sums in a fixed order), then back: the process's
+    # later tests (tests/system's parity runs) would otherwise run at half speed.
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    return Transcriber(str(tiny_en_dir), device="cpu")
+    yield Transcriber(str(tiny_en_dir), device="cpu")
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
