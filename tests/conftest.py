@@ -27,6 +27,21 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session")
+def utterances(shared_data: Path) -> list:
+    """The first 40 LibriSpeech test-other utterances as (id, float32 samples), read with soundfile."""
+    import io
+
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    path = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    if not path.is_file():  # e.g. a partial copy of the data on the GPU machine
+        pytest.skip(f"shared data lacks {path}")
+    rows = pq.read_table(path).to_pylist()[:40]
+    return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
+
+
+@pytest.fixture(scope="session")
 def triton_interpreter():
     """Runs a script under Triton's CPU interpreter and returns its stdout lines, failing the test
     with its stderr. A fresh process: TRITON_INTERPRET must be set before triton decorates the

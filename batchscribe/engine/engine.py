@@ -19,7 +19,7 @@ import torch
 
 from batchscribe.attention.registry import build_backend
 from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
-from batchscribe.engine.graphs import WARM_UP_STEPS, EncoderGraphs, StepGraphs, one_step_seconds
+from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
@@ -74,15 +74,14 @@ class Engine:
         kv_len = (self.kv_buckets or [self.n_ctx])[0]
         # Inert rows count as live while timing: a full bucket's step computes them all.
         self.backend.set_live_rows(None)
-        step = one_step_seconds(self.look.step, self.backend.prepare, self.n_slots, kv_len, self.device)
+        step = one_step_seconds(self.look, self.n_slots, kv_len, self.device)
         if self.config.skip_inert_rows:
             self.backend.set_live_rows(self.slots.state.running)
         self.steps_per_look = steps_per_check(step)
         log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
                  self.n_slots, step * 1e3, self.steps_per_look)  # fmt: skip
         self.look = self._look(self.steps_per_look)
-        self.graphs = StepGraphs(self.look, self.backend.prepare, default_buckets(self.n_slots),
-                                 self.kv_buckets or [self.n_ctx], self.device)  # fmt: skip
+        self.graphs = StepGraphs(self.look, default_buckets(self.n_slots), self.kv_buckets or [self.n_ctx], self.device)
         self.graphs.capture(sample=False)
         self.encoder_graphs = EncoderGraphs(self.encoder, self.encoder.chunk_sizes, self.device)
         self.encoder_graphs.capture()
@@ -133,10 +132,9 @@ class Engine:
         sample = self.slots.sampling(n_rows)
         packed = self.graphs is not None and self.graphs.steps == steps
         if packed:
-            early = self.graphs.captures(n_rows, kv_len, sample)
-            self.graphs.replay(n_rows, kv_len, sample)
-            if early:  # the capture's warm-up stepped every occupied row for real
-                self.slots.stepped(self.n_slots, WARM_UP_STEPS)
+            extra = self.graphs.replay(n_rows, kv_len, sample)
+            if extra:  # a capture's warm-up stepped every occupied row for real
+                self.slots.stepped(self.n_slots, extra)
         else:
             for _ in range(steps):
                 self.look.step(n_rows, kv_len, sample)

@@ -30,7 +30,6 @@ from batchscribe.constants import N_SAMPLES
 log = logging.getLogger(__name__)
 
 WARM_UP_STEPS = 2
-LookFn = Callable[[int, int, bool], None]  # (rows, self-attention length, sample) -> None
 
 
 class LookLike(Protocol):
@@ -43,6 +42,10 @@ class LookLike(Protocol):
     def step(self, n_rows: int, kv_len: int, sample: bool) -> None: ...
 
     def pack(self, n_rows: int) -> None: ...
+
+    def prepare(self, n_rows: int) -> None:
+        """Host work for a bucket (the attention backend's plans and compiles), before a capture."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,10 @@ class StepGraphs:
     whole vocabulary to every step) only when a window first decodes at a temperature above 0.
     """
 
-    def __init__(self, look: LookLike, prepare: Callable[[int], None], buckets: Sequence[int],
-                 kv_buckets: Sequence[int], device: torch.device):  # fmt: skip
+    def __init__(self, look: LookLike, buckets: Sequence[int], kv_buckets: Sequence[int], device: torch.device):
         if device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; the CPU path steps eagerly")
-        self.look, self.prepare, self.device, self.steps = look, prepare, device, look.steps
+        self.look, self.device, self.steps = look, device, look.steps
         self.buckets, self.kv_buckets = sorted(buckets), sorted(kv_buckets)
         self.graphs: dict[tuple[int, int, bool], torch.cuda.CUDAGraph] = {}
         self.pool = None  # one memory pool shared by every graph (replays never overlap)
@@ -75,11 +77,11 @@ class StepGraphs:
         # Collect garbage now: an earlier engine's pinned buffers and events, freed by the cycle
         # collector in the middle of a capture, invalidate it.
         gc.collect()
-        self.prepare(self.buckets[-1])
+        self.look.prepare(self.buckets[-1])
         warm_up(lambda: self._warm_up_steps(self.buckets[-1], self.kv_buckets[-1], sample), self.device)
         torch.cuda.synchronize(self.device)
         for bucket in reversed(self.buckets):
-            self.prepare(bucket)  # e.g. FlashInfer's plan: host work, never inside a capture
+            self.look.prepare(bucket)  # e.g. FlashInfer's plan: host work, never inside a capture
             for kv_len in reversed(self.kv_buckets):
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
@@ -98,25 +100,26 @@ class StepGraphs:
 
     def _warm_up_steps(self, bucket: int, kv_len: int, sample: bool) -> None:
         # NOTE: these steps run for real. At build time every row is free (inert); a sampling
-        # capture mid-run (see `captures`) moves the running rows WARM_UP_STEPS steps early: the
-        # steps they would take anyway, but the caller's position bounds must account for them.
+        # capture mid-run moves the running rows WARM_UP_STEPS steps early: the steps they would
+        # take anyway, which replay() reports so the caller's position bounds count them.
         for _ in range(WARM_UP_STEPS):
             self.look.step(bucket, kv_len, sample)
         self.look.pack(bucket)
 
-    def captures(self, n_rows: int, kv_len: int, sample: bool) -> bool:
-        """Would replay() capture first (running WARM_UP_STEPS real steps over the largest bucket)?"""
-        return (self.bucket_for(n_rows), kv_len, sample) not in self.graphs
-
     def bucket_for(self, n_rows: int) -> int:
         return self.buckets[bisect_left(self.buckets, n_rows)]
 
-    def replay(self, n_rows: int, kv_len: int, sample: bool) -> None:
-        """The look for rows [0, n_rows), padded to its bucket (NOTE: the graph packs `bucket` rows)."""
+    def replay(self, n_rows: int, kv_len: int, sample: bool) -> int:
+        """The look for rows [0, n_rows), padded to its bucket (NOTE: the graph packs `bucket` rows).
+        Returns the steps every row of the largest bucket took beyond the look's: WARM_UP_STEPS when
+        this variant had to be captured first, else 0."""
         key = (self.bucket_for(n_rows), kv_len, sample)
+        extra = 0
         if key not in self.graphs:
             self.capture(sample)
+            extra = WARM_UP_STEPS
         self.graphs[key].replay()
+        return extra
 
 
 class EncoderGraphs:
@@ -163,15 +166,14 @@ class EncoderGraphs:
         self.graphs[size].replay()
 
 
-def one_step_seconds(step: LookFn, prepare: Callable[[int], None], bucket: int, kv_len: int,
-                     device: torch.device, repeats: int = 5) -> float:  # fmt: skip
+def one_step_seconds(look: LookLike, bucket: int, kv_len: int, device: torch.device, repeats: int = 5) -> float:
     """GPU seconds of one greedy step of `bucket` rows, from a throwaway one-step graph (what the
     engine needs before it knows how many steps to capture)."""
-    prepare(bucket)
-    warm_up(lambda: step(bucket, kv_len, False), device)
+    look.prepare(bucket)
+    warm_up(lambda: look.step(bucket, kv_len, False), device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        step(bucket, kv_len, False)
+        look.step(bucket, kv_len, False)
     return replay_seconds(graph, repeats)
 
 

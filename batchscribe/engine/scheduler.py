@@ -86,10 +86,14 @@ class Scheduler:
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
         while True:
-            yield from self._pull(run, policy)
-            if self._admit(run, policy) is None:
-                continue  # out of memory: the group was requeued, admission groups shrank
+            free = engine.slots.free_slots()  # one list a turn: pulling changes no slot
+            yield from self._pull(run, policy, len(free))
             n_rows = engine.slots.rows_in_use()
+            admitted = self._admit(run, policy, free, n_rows)
+            if admitted is None:
+                continue  # out of memory: the group was requeued, admission groups shrank
+            if admitted:
+                n_rows = engine.slots.rows_in_use()
             if n_rows == 0:  # every slot is free, so queued snapshots hold no finished window
                 yield from self._collect(run, keep=0)
                 if run.exhausted and not run.queue:
@@ -101,11 +105,10 @@ class Scheduler:
                 self._advance(n_rows, policy)
             yield from self._collect(run, keep=policy.lag)
 
-    def _pull(self, run: _Run, policy: SchedulePolicy) -> Iterator[Transcript]:
-        """Read items until a group's worth of windows is queued: at most one admission group
-        ahead, so the GPU starts on the first group while the decode workers fill the next.
-        Empty items finish at once."""
-        free = len(self.engine.slots.free_slots())
+    def _pull(self, run: _Run, policy: SchedulePolicy, free: int) -> Iterator[Transcript]:
+        """Read items until a group's worth of windows is queued (at most `free`, the free slots):
+        at most one admission group ahead, so the GPU starts on the first group while the decode
+        workers fill the next. Empty items finish at once."""
         while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
             t0 = time.perf_counter()
             try:
@@ -125,11 +128,11 @@ class Scheduler:
             run.queue.append(run.next_key)
             run.next_key += 1
 
-    def _admit(self, run: _Run, policy: SchedulePolicy) -> int | None:
-        """Admit one group into free slots when there are enough of them; the group's size, 0 when
-        none was admitted, None when it ran out of memory (the group is queued again)."""
+    def _admit(self, run: _Run, policy: SchedulePolicy, free: list[int], n_rows: int) -> int | None:
+        """Admit one group into the `free` slots when there are enough of them (`n_rows`: rows in
+        use); the group's size, 0 when none was admitted, None when it ran out of memory (the group
+        is queued again)."""
         engine = self.engine
-        free, n_rows = engine.slots.free_slots(), engine.slots.rows_in_use()
         if not (run.queue and free and (len(free) >= policy.admit_min or n_rows == 0 or run.exhausted)):
             return 0
         t0 = time.perf_counter()

@@ -109,6 +109,10 @@ class Look:
     pack: Callable[[int], None]  # packs rows [0, n) of the snapshot table (snapshots.SnapshotQueue.pack)
     steps: int
 
+    def prepare(self, n_rows: int) -> None:
+        """The attention backend's host work for n_rows rows; before any capture of them."""
+        self.backend.prepare(n_rows)
+
     def step(self, n_rows: int, kv_len: int | None, sample: bool) -> None:
         decode_step(self.slots, self.model, self.cache, self.backend, self.rules, n_rows, kv_len, sample)
 

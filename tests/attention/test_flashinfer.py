@@ -13,7 +13,7 @@ from batchscribe.attention.sdpa import SdpaBackend
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from tests.attention.helpers import tiny_dims
-from tests.marks import needs_flashinfer
+from tests.marks import needs_cuda, needs_flashinfer
 
 
 def test_flashinfer_backend_refuses_the_cpu() -> None:
@@ -25,7 +25,7 @@ def test_flashinfer_backend_refuses_the_cpu() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 @needs_flashinfer
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("n_head,n_rows", [(6, 1), (6, 37), (20, 5), (20, 256)])

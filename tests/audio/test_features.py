@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from batchscribe.audio.features import LogMel, mel_filter_bank, pad_batch, pad_or_trim
 from batchscribe.constants import N_FRAMES, N_SAMPLES, SAMPLE_RATE
+from tests.marks import needs_cuda
 
 transformers = pytest.importorskip("transformers")
 
@@ -155,7 +156,7 @@ def test_log_mel_rejects_wrong_shapes_and_sizes() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@needs_cuda
 @pytest.mark.parametrize("n_mels", [80, 128])
 def test_cuda_equals_transformers(speech: list[np.ndarray], n_mels: int) -> None:
     batch = [*speech, np.zeros(N_SAMPLES, dtype=np.float32)]
@@ -164,20 +165,8 @@ def test_cuda_equals_transformers(speech: list[np.ndarray], n_mels: int) -> None
     np.testing.assert_allclose(features.cpu().numpy(), reference(batch, n_mels), rtol=0, atol=ATOL)
 
 
-@pytest.fixture(scope="module")
-def utterances(shared_data: Path) -> list[tuple[str, np.ndarray]]:
-    """The first eight test-other utterances as (id, samples)."""
-    import pyarrow.parquet as pq
-
-    path = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
-    if not path.is_file():  # e.g. a partial copy of the data on the GPU machine
-        pytest.skip(f"shared data lacks {path}")
-    rows = pq.read_table(path).to_pylist()[:8]
-    return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
-
-
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_features_on_gpu_equal_cpu(utterances) -> None:
     batch = pad_batch([a for _, a in utterances[:8]])
     cpu = LogMel(80, "cpu")(batch)

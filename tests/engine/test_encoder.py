@@ -20,20 +20,14 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), ("auto", "fp8")])
-def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, shared_data, attention, cross_kv) -> None:
+def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv) -> None:
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
     same cross cache as the same chunk run eagerly, for every chunk size, into any slots."""
-    import io
-
     import numpy as np
-    import pyarrow.parquet as pq
-    import soundfile as sf
 
     from batchscribe.api import Transcriber
     from batchscribe.audio.features import pad_or_trim
 
-    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:16]
-    utterances = [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
     n = 16
     t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
                     cross_kv=cross_kv)  # fmt: skip

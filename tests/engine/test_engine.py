@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.engine.helpers import tokens
+from tests.marks import needs_cuda
 
 
 def _freed_without_the_collector(transcriber) -> bool:
@@ -36,7 +37,7 @@ def test_engine_holds_no_reference_cycle(tiny_en_dir) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_engine_with_graphs_holds_no_reference_cycle(tiny_en_dir) -> None:
     from batchscribe.api import Transcriber
 
@@ -45,7 +46,7 @@ def test_engine_with_graphs_holds_no_reference_cycle(tiny_en_dir) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
     """Fill the GPU so 256 slots of cache cannot fit: the engine halves its slots until they do,
     and still transcribes exactly what an unconstrained engine does."""

@@ -11,6 +11,7 @@ import torch
 
 from batchscribe.audio.decode import decode_audio
 from batchscribe.engine.pinned import PinnedArena
+from tests.marks import needs_cuda
 
 
 def _arena(n: int) -> PinnedArena:
@@ -108,7 +109,7 @@ def test_decode_audio_into_the_arena(shared_data) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir, shared_data, tmp_path) -> None:
     """On the GPU, `run` has decode threads decode into the engine's pinned arena by default and
     admission copies those samples as they are; the records equal runs whose audio was packed

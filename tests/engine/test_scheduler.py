@@ -14,6 +14,7 @@ from batchscribe.audio.decode import decode_audio
 from batchscribe.config import DecodeOptions
 from tests.engine.helpers import GREEDY, records
 from tests.engine.helpers import check_record as _check_record
+from tests.marks import needs_cuda
 
 # A fallback ladder and a threshold some windows fail: sampled retries are part of the mix.
 FALLBACK = DecodeOptions(temperatures=(0.0, 0.6), logprob_threshold=-0.4)
@@ -199,17 +200,13 @@ def test_compacting_the_tail_changes_no_token(tiny_en_dir, shared_data, fallback
 
 @pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_lagged_collection_on_cuda(tiny_en_dir, shared_data, graphs) -> None:
+@needs_cuda
+def test_lagged_collection_on_cuda(tiny_en_dir, utterances, graphs) -> None:
     """On CUDA (pinned buffers, events, async copies): lag 1 with 4 steps per batch gives the
     tokens of lag 0 with a look after every step; the host waited on snapshots, not on syncs."""
-    import pyarrow.parquet as pq
-    import soundfile as sf
-
     from batchscribe.api import Transcriber
 
-    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").slice(0, 24)
-    items = [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows.to_pylist()]
+    items = utterances[:24]
     t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float32", batch_size=8, cuda_graphs=graphs)
     # Graphs run the bucket covering the rows in use, which the lag shifts; a different batch size
     # may sum in a different order, enough to move a window across the fallback threshold. So the

@@ -14,6 +14,7 @@ from batchscribe.config import DecodeOptions
 from batchscribe.constants import N_SAMPLES
 from batchscribe.engine.pinned import PinnedArena
 from batchscribe.engine.requests import WindowRequest
+from tests.marks import needs_cuda
 
 
 def test_staging_pads_like_pad_or_trim(tiny_en_dir) -> None:
@@ -62,7 +63,7 @@ def test_staging_pads_like_pad_or_trim(tiny_en_dir) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_staging_on_cuda(tiny_en_dir) -> None:
     """Pinned double-buffered staging and device-side padding equal pad_or_trim on CUDA, across
     more admissions than there are buffers."""

@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from batchscribe.audio.decode import decode_audio
 from batchscribe.engine.sizing import default_kv_buckets
 from tests.engine.helpers import GREEDY, records, tokens
+from tests.marks import needs_cuda
 
 
 def test_bucketed_attention_lengths_change_nothing(tiny_en_dir, shared_data) -> None:
@@ -31,7 +31,7 @@ def test_bucketed_attention_lengths_change_nothing(tiny_en_dir, shared_data) -> 
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_fused_greedy_step_transcribes_like_the_tensor_rules(tiny_en_dir, utterances, monkeypatch) -> None:
     """Greedy steps through triton_select's kernel (the CUDA default) and through the tensor rules
     (engine/logits, parity-tested against transformers): the same tokens, log-probabilities and

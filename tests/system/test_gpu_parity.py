@@ -4,7 +4,6 @@ kernels, and the Triton kernels' skipping of inert rows against computing every 
 from __future__ import annotations
 
 import dataclasses
-import io
 
 import pytest
 
@@ -13,15 +12,6 @@ from tests.marks import gpu, needs_flashinfer
 
 pytestmark = gpu
 
-
-
-@pytest.fixture(scope="module")
-def utterances(shared_data):
-    import pyarrow.parquet as pq
-    import soundfile as sf
-
-    rows = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet").to_pylist()[:40]
-    return [(r["id"], sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in rows]
 
 
 def test_gpu_fp32_equals_cpu(tiny_en_dir, utterances) -> None:
