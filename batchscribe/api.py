@@ -56,7 +56,7 @@ class Transcriber:
     """Loads a Whisper model once and transcribes arrays or streams of (id, array) items.
 
     Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
-    cuda_graphs, attention and cross_kv; decoding options as `decode=DecodeOptions(...)` or as
+    cuda_graphs, attention, cross_kv and encoder_precision; decoding options as `decode=DecodeOptions(...)` or as
     DecodeOptions' field names. Each set of decoding options gets its own engine (slots, caches,
     graphs), built on first use.
     """
@@ -71,6 +71,7 @@ class Transcriber:
         cuda_graphs: bool = True,
         attention: str = "auto",
         cross_kv: str = "auto",
+        encoder_precision: str = "auto",
         decode: DecodeOptions | None = None,
         engine: EngineOptions | None = None,
         **decode_options: Any,
@@ -83,7 +84,8 @@ class Transcriber:
             raise ConfigError("pass either decode=DecodeOptions(...) or keyword options, not both")
         self.options = decode or DecodeOptions(**decode_options)
         self.engine_options = _engine_options(engine, device=device, dtype=dtype, batch_size=batch_size,
-                                              cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv)  # fmt: skip
+                                              cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv,
+                                              encoder_precision=encoder_precision)  # fmt: skip
         folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)

@@ -191,6 +191,7 @@ Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA i
                                         f"({kernel_help()}).")]
 CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
                                              "dtype) or fp8 (half the bytes per decode step; GPU).")]
+EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
 Language = Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.", show_default=False)]
@@ -230,9 +231,10 @@ DEFAULT_TEMPERATURES = "0,0.2,0.4,0.6,0.8,1.0"
 def run_command(
     inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
-    cross_kv: CrossKVOpt = "auto", cuda_graphs: CudaGraphs = True, language: Language = None,
-    task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False, temperature: Temperature = DEFAULT_TEMPERATURES,
-    limit: Limit = None, fmt: FormatOpt = "jsonl", audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
+    cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
+    language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
+    temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
+    audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
     text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
     split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
     max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
@@ -255,7 +257,7 @@ def run_command(
         opts = RunOptions(
             model=model, cache_dir=cache_dir,
             engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
-                                 attention=attention, cross_kv=cross_kv),
+                                 attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  temperatures=_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,

@@ -37,8 +37,11 @@ LARGE_V3 = dict(
     encoder_attention_heads=20, decoder_attention_heads=20, encoder_ffn_dim=5120, decoder_ffn_dim=5120,
     max_source_positions=1500, max_target_positions=448,
 )  # fmt: skip
+TURBO = dict(LARGE_V3, decoder_layers=4)  # large-v3-turbo: large-v3's encoder, 4 decoder layers
+ARCHS = {"large-v3": LARGE_V3, "turbo": TURBO}
+# The workload, set by main() from --arch / --tokens (W2: large-v3 and 128; W4: turbo and 32).
+ARCH = LARGE_V3
 TOKENS = 128
-MID_KV = 4 + TOKENS // 2  # the prompt, then half a window: the mean self-attention length
 
 
 def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
@@ -59,11 +62,16 @@ def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
     return tok
 
 
+def mid_kv() -> int:
+    """The prompt, then half a window: the mean self-attention length."""
+    return 4 + TOKENS // 2
+
+
 def random_model(dtype: torch.dtype) -> Whisper:
-    """The large-v3 architecture with random weights on the GPU (layer norms keep unit gains)."""
+    """The architecture with random weights on the GPU (layer norms keep unit gains)."""
     torch.manual_seed(0)
     with torch.device("cuda"):
-        model = Whisper(ModelDims.from_hf_config(LARGE_V3)).to(dtype=dtype).eval()
+        model = Whisper(ModelDims.from_hf_config(ARCH)).to(dtype=dtype).eval()
     for p in model.parameters():
         if p.dim() >= 2:
             torch.nn.init.normal_(p, std=0.02)
@@ -136,16 +144,16 @@ def _breakdown(engine, audio: np.ndarray) -> dict:
     group = 32
     mel = encoder.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(encoder.dtype)
     with torch.no_grad():
-        enc_ms = _time_ms(lambda: model.encoder(mel)) / group
+        enc_ms = _time_ms(lambda: encoder.encode(mel)) / group
     runner = engine.graphs
-    # Every row running, mid-window (position MID_KV of 4 + 128), as in the run: after it all rows
+    # Every row running, mid-window (position mid_kv() of 4 + TOKENS), as in the run: after it all rows
     # are inert, and the cross kernel skips inert rows' reads (a step over them would time short).
     state.running.fill_(True)
     state.sample_begin.fill_(4)
     state.sample_end.fill_(engine.n_ctx)
     step_ms = {}
     for kv in runner.kv_buckets:
-        state.positions.fill_(min(MID_KV, kv - 12))  # the 11 replays below stay inside the bucket
+        state.positions.fill_(min(mid_kv(), kv - 12))  # the 11 replays below stay inside the bucket
         step_ms[kv] = _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv, False].replay(), 10)
     return {"encoder_ms_per_window": enc_ms, "step_ms_full_bucket": step_ms}
 
@@ -153,7 +161,7 @@ def _breakdown(engine, audio: np.ndarray) -> dict:
 def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -> dict:
     import transformers
 
-    cfg = transformers.WhisperConfig(**LARGE_V3, decoder_start_token_id=50258, eos_token_id=50257,
+    cfg = transformers.WhisperConfig(**ARCH, decoder_start_token_id=50258, eos_token_id=50257,
                                      pad_token_id=50257, bos_token_id=50257)  # fmt: skip
     torch.manual_seed(0)
     with torch.device("cuda"):  # random init on the GPU: seconds instead of a minute on the host
@@ -191,33 +199,41 @@ def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -
     return {"windows_per_s": rounds * batch / seconds, "batch": batch, "memory": common.peak_gib(), "name": name}
 
 
-def main() -> None:
+def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batches: tuple[int, ...] = (256,),
+         configs: tuple[str, ...] = ("flashinfer:fp8",)) -> None:  # fmt: skip
+    global ARCH, TOKENS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer-from", type=Path, required=True)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default=arch)
+    ap.add_argument("--tokens", type=int, default=tokens, help="generated tokens per window (EOT suppressed)")
+    ap.add_argument("--durations-from", type=Path, help="a Parquet with duration_s: report the RTFx implied "
+                    "at those clips' mean duration")
     ap.add_argument("--windows", type=int, default=1024)
     ap.add_argument("--slots", type=int, default=0, help="0: as many as fit in 60%% of free memory (max 256)")
-    ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
+    ap.add_argument("--peer-batch", type=int, nargs="*", default=list(peer_batches))
     ap.add_argument("--peer-windows", type=int, default=256)
-    ap.add_argument("--configs", nargs="*", default=["flashinfer:fp8"],
-                    help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
+    ap.add_argument("--configs", nargs="*", default=list(configs),
+                    help="attention:cross_kv[:encoder_precision] to run, e.g. sdpa:auto flashinfer:fp8 auto:auto:fp8")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
+    ARCH, TOKENS = ARCHS[args.arch], args.tokens
+    seconds_per_clip = _mean_duration(args.durations_from)
     dtype = torch.bfloat16
-    dims = ModelDims.from_hf_config(LARGE_V3)
+    dims = ModelDims.from_hf_config(ARCH)
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
     results = []
     for config in args.configs:
-        attention, cross_kv = config.split(":")
+        attention, cross_kv, encoder_precision = (config.split(":") + ["auto"])[:3]
         options = EngineOptions(device="cuda", dtype="bfloat16", batch_size=args.slots or None, attention=attention,
-                                cross_kv=cross_kv)  # fmt: skip
+                                cross_kv=cross_kv, encoder_precision=encoder_precision)  # fmt: skip
         r = ours(tok, args.windows, resolve_engine(options, dims).with_slots(dims))
         r["config"] = config
         print(f"batchscribe {config}: {r}", flush=True)
         results.append(r)
     peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]
     best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
-    print(f"\nW2 large-v3 random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
+    print(f"\n{name} {args.arch} random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
     print(f"{'system':<44}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
     for r in results:
         print(f"{'batchscribe ' + r['config'] + ' (' + str(r['slots']) + ' slots)':<44}{r['windows_per_s']:>12.1f}"
@@ -227,20 +243,30 @@ def main() -> None:
               f"{p['windows_per_s'] * TOKENS:>12.0f}{p['memory']:>12}")  # fmt: skip
     for r in results:
         print(f"{r['config']}: capture {r['capture_s']:.1f} s; tokens per window {r['tokens_per_window']:.1f}; "
-              f"encoder {r['encoder_ms_per_window']:.2f} ms/window; decode step at {r['slots']} running rows, self-attention over ~{MID_KV} positions, by kv bucket (ms): "
+              f"encoder {r['encoder_ms_per_window']:.2f} ms/window; decode step at {r['slots']} running rows, self-attention over ~{mid_kv()} positions, by kv bucket (ms): "
               + ", ".join(f"{k}: {v:.2f}" for k, v in r["step_ms_full_bucket"].items()))  # fmt: skip
         if best:
             ratio = r["windows_per_s"] / best["windows_per_s"]
             print(f"{r['config']}: ratio vs best transformers batch: {ratio:.2f}x")
+            rtfx = f"; RTFx {r['windows_per_s'] * seconds_per_clip:,.0f} at {seconds_per_clip:.1f} s per clip" if seconds_per_clip else ""
+            print(f"{r['config']}: {r['windows_per_s']:.1f} windows/s{rtfx}")
             if not args.no_append:
                 common.append_result({
-                    "workload": f"W2 large-v3 random bf16, 128 tok/window, attention:cross_kv {r['config']}",
+                    "workload": f"{name} {args.arch} random bf16, {TOKENS} tok/window, attention:cross_kv[:encoder] {r['config']}",
                     "ours": f"{r['windows_per_s']:.1f} windows/s ({r['slots']} slots)",
                     "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
                     "ratio": f"{ratio:.2f}x", "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
                     "notes": f"{args.windows} windows; encoder {r['encoder_ms_per_window']:.2f} ms/window, "
-                    f"step {max(r['step_ms_full_bucket'].values()):.1f} ms at {r['slots']} running rows",
+                    f"step {max(r['step_ms_full_bucket'].values()):.1f} ms at {r['slots']} running rows{rtfx}",
                 })  # fmt: skip
+
+
+def _mean_duration(path: Path | None) -> float | None:
+    if path is None:
+        return None
+    import pyarrow.parquet as pq
+
+    return float(np.mean(pq.read_table(path, columns=["duration_s"]).column("duration_s").to_numpy()))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
 from batchscribe.model.cache import DecoderCache
+from batchscribe.model.fused_encoder import FusedEncoder
 from batchscribe.model.whisper import Whisper
 
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
@@ -32,8 +33,10 @@ class WindowEncoder:
     """Encodes chunks of windows into a decoder cache's cross K/V. Pure tensor code: eager on the
     CPU, captured once per chunk size on CUDA."""
 
-    def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int):
+    def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int, mode: str = "eager"):
+        """mode: EngineConfig.encoder ("eager", "fused" or "fp8")."""
         self.model, self.cache = model, cache
+        self.encode = model.encoder if mode == "eager" else FusedEncoder(model.encoder, fp8=mode == "fp8")
         self.dtype = next(model.parameters()).dtype
         self.device = cache.self_k[0].device
         self.features = LogMel(model.dims.n_mels, device=self.device)
@@ -43,7 +46,7 @@ class WindowEncoder:
     def __call__(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:
         """audio: [g, N_SAMPLES] float32, zero-padded; slot_ids: [g] long, where the K/V go."""
         mel = self.features(audio)  # [g, n_mels, 3000]
-        enc = self.model.encoder(mel.to(self.dtype))  # [g, n_audio_ctx, n_state]
+        enc = self.encode(mel.to(self.dtype))  # [g, n_audio_ctx, n_state]
         self.model.write_cross_kv(self.cache, enc, slot_ids)
 
     @torch.no_grad()

@@ -53,7 +53,7 @@ class Engine:
         self.timings: defaultdict[str, float] = defaultdict(float)  # host seconds of admission parts
         self.staging = Stager(n_slots, self.n_ctx, device, self.timings)
         self.snapshots = SnapshotQueue(self.slots)
-        self.encoder = WindowEncoder(model, self.cache, n_slots)
+        self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder)
         self.rules = StepRules(spec, device, config.fused_greedy)
         self.kv_buckets = sorted(config.kv_buckets)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.

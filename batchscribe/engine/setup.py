@@ -15,6 +15,7 @@ from batchscribe.engine import triton_select
 from batchscribe.engine.sizing import default_kv_buckets, slots_for_memory
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
+from batchscribe.model.fp8 import fp8_gemm_supported
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ class EngineConfig:
     cuda_graphs: bool  # capture the decode looks and the admission encoder (CUDA only)
     kv_buckets: tuple[int, ...]  # self-attention lengths a step may use; (): each step's exact bound
     fused_greedy: bool  # greedy steps' rules and choice in one Triton kernel (CUDA with triton)
+    # How the encoder runs: "eager" (AudioEncoder.forward), "fused" (model/fused_encoder.py: fewer
+    # passes, CUDA with Triton) or "fp8" (fused, with e4m3 GEMMs).
+    encoder: str = "eager"
     skip_inert_rows: bool = True  # kernels that can skip rows not running do
 
     @property
@@ -73,12 +77,15 @@ class EngineConfig:
 
     def identity(self) -> dict[str, Any]:
         """What changes a record's tokens: the numeric precision and the kernels."""
-        return {"dtype": self.dtype_name, "attention": self.attention.describe(self.dtype)}
+        identity = {"dtype": self.dtype_name, "attention": self.attention.describe(self.dtype)}
+        if self.encoder == "fp8":  # only then: folders written before the key existed still resume
+            identity["encoder_precision"] = "fp8"
+        return identity
 
     def describe(self) -> dict[str, Any]:
         """For summaries: the identity, plus where and how it ran."""
         return {**self.identity(), "device": str(self.device), "batch_size": self.n_slots,
-                "cuda_graphs": self.cuda_graphs}  # fmt: skip
+                "cuda_graphs": self.cuda_graphs, "encoder": self.encoder}  # fmt: skip
 
 
 def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
@@ -94,4 +101,19 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
     return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
-                        fused_greedy=cuda and triton_select.triton_available())  # fmt: skip
+                        fused_greedy=cuda and triton_select.triton_available(),
+                        encoder=_encoder_mode(options.encoder_precision, device, dtype))  # fmt: skip
+
+
+def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> str:
+    """fp8 where asked (refused on a GPU without fp8 GEMMs); else fused on CUDA with Triton in
+    half precision, else eager."""
+    if precision == "fp8":
+        if device.type == "cuda" and not fp8_gemm_supported(device):
+            name = torch.cuda.get_device_name(device)
+            raise ConfigError(f"--encoder-precision fp8 needs fp8 GEMMs (compute capability 8.9 or later); "
+                              f"{name} has {torch.cuda.get_device_capability(device)}; use auto")  # fmt: skip
+        return "fp8"
+    if device.type == "cuda" and triton_select.triton_available() and dtype in (torch.float16, torch.bfloat16):
+        return "fused"
+    return "eager"

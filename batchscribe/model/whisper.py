@@ -71,15 +71,19 @@ class AudioEncoder(nn.Module):
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         """mel: [B, n_mels, 3000] -> [B, n_audio_ctx, n_audio_state]"""
+        x = self.stem(mel)
+        for layer in self.layers:
+            x = layer(x)
+        return self.layer_norm(x)
+
+    def stem(self, mel: torch.Tensor) -> torch.Tensor:
+        """The convolutions and positions: mel [B, n_mels, 3000] -> [B, n_audio_ctx, d], contiguous."""
         x = F.gelu(self.conv1(mel))
         # contiguous(): a transposed view here would make every later activation inherit the
         # [B, d, T] memory layout, and each layer then pays strided copies for its layer norms,
         # matmuls and residual adds (a large share of the encoder's time; docs/GPU_NOTES.md).
         x = F.gelu(self.conv2(x)).transpose(1, 2).contiguous()  # [B, 1500, d]
-        x = x + self.embed_positions.weight[: x.shape[1]]
-        for layer in self.layers:
-            x = layer(x)
-        return self.layer_norm(x)
+        return x + self.embed_positions.weight[: x.shape[1]]
 
 
 class DecoderLayer(nn.Module):

@@ -19,8 +19,10 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), ("auto", "fp8")])
-def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv) -> None:
+@pytest.mark.parametrize("attention,cross_kv,encoder_precision", [("sdpa", "auto", "auto"), ("auto", "fp8", "auto"),
+                                                                  ("auto", "auto", "fp8")])  # fmt: skip
+def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv,
+                                                         encoder_precision) -> None:  # fmt: skip
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
     same cross cache as the same chunk run eagerly, for every chunk size, into any slots."""
     import numpy as np
@@ -30,7 +32,8 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
 
     n = 16
     t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
-                    cross_kv=cross_kv)  # fmt: skip
+                    cross_kv=cross_kv, encoder_precision=encoder_precision)  # fmt: skip
+    assert t.config.encoder == ("fp8" if encoder_precision == "fp8" else "fused")
     t.transcribe(utterances[:2])
     engine = t.scheduler().engine
     runner = engine.encoder_graphs
