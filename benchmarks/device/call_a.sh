@@ -4,12 +4,7 @@
 #   bash benchmarks/device/call_a.sh abc1234 "--windows 1024 --slots 256 --configs auto:fp8"
 set -u
 commit=$1; shift
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl 2>&1 | tail -2
-for f in .stage/p1/aot/*.so; do
-    [ -e "$f" ] || continue
-    n=$(basename "$f" .so); mkdir -p /tmp/site/flashinfer/data/aot/$n && cp "$f" /tmp/site/flashinfer/data/aot/$n/$n.so
-done
-S=$HOME/stage; mkdir -p $S && cp -r .stage/p1/* $S/
+source benchmarks/device/install.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 i=0
 for args in "$@"; do
