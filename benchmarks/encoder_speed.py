@@ -72,14 +72,80 @@ def attention_kernels(dims: ModelDims, group: int) -> dict[str, float]:
     return out
 
 
+def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[str, float]:
+    """One fused layer's parts, each timed alone (ms per layer over `group` windows)."""
+    from batchscribe.model import encoder_ops as ops
+    from batchscribe.model.fp8 import quantize_rows
+
+    layer, m = encoder.layers[0], x.shape[0]
+    d, n_mlp = x.shape[1], layer.fp8["fc1"].out_features if layer.fp8 else layer.w_t["fc1"].shape[1]
+    h = torch.randn(m, n_mlp, device="cuda", dtype=x.dtype)
+    qkv = torch.randn(m, 3 * d, device="cuda", dtype=x.dtype)
+    parts = {"attention": lambda: layer.attend(qkv, group)}
+    if layer.fp8 is None:
+        parts |= {
+            "add_norm": lambda: ops.add_norm(x, None, layer.b["out"], layer.ln2, False),
+            "qkv": lambda: torch.addmm(layer.b["qkv"], x, layer.w_t["qkv"]),
+            "out_proj (addmm_)": lambda: x.addmm_(x, layer.w_t["out"]),
+            "fc1+gelu": lambda: torch._addmm_activation(layer.b["fc1"], x, layer.w_t["fc1"], use_gelu=True),
+            "fc2 (addmm_)": lambda: x.addmm_(h, layer.w_t["fc2"]),
+        }
+    else:
+        xq, xs = quantize_rows(x)
+        hq, hs = quantize_rows(h)
+        parts |= {
+            "add_norm fp8": lambda: ops.add_norm(x, x, None, layer.ln2, True),
+            "quant_rows": lambda: ops.quant_rows(x),
+            "gelu_quant": lambda: ops.gelu_quant(h),
+            "qkv fp8": lambda: layer.fp8["qkv"](xq, xs),
+            "out_proj fp8": lambda: layer.fp8["out"](xq, xs),
+            "fc1 fp8": lambda: layer.fp8["fc1"](xq, xs),
+            "fc2 fp8": lambda: layer.fp8["fc2"](hq, hs),
+        }
+    with torch.no_grad():
+        return {name: round(time_ms(fn), 3) for name, fn in parts.items()}
+
+
+def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
+    """FlashInfer's ragged prefill (each window one sequence, no mask) against cuDNN's SDPA over
+    the same q/k/v slices of one QKV output (ms per layer). Its first call JIT-builds the kernel."""
+    import flashinfer
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    h, t, hd = dims.n_audio_head, dims.n_audio_ctx, dims.n_audio_state // dims.n_audio_head
+    qkv = torch.randn(group * t, 3, h, hd, device="cuda", dtype=torch.bfloat16)
+    indptr = torch.arange(0, group * t + 1, t, device="cuda", dtype=torch.int32)
+    out = {}
+    with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+        view = qkv.view(group, t, 3, h, hd)
+        out["cudnn"] = time_ms(lambda: F.scaled_dot_product_attention(*(view[:, :, i].transpose(1, 2) for i in range(3))))
+    ref = F.scaled_dot_product_attention(*(view[:, :, i].transpose(1, 2) for i in range(3))).transpose(1, 2)
+    for backend in ("fa3", "fa2"):
+        try:
+            workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+            wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
+            wrapper.plan(indptr, indptr, h, h, hd, causal=False, q_data_type=torch.bfloat16)
+            q, k, v = (qkv[:, i] for i in range(3))
+            got = wrapper.run(q, k, v).view(group, t, h, hd)
+            out[backend] = time_ms(lambda: wrapper.run(q, k, v))
+            out[backend + " error"] = float((got.float() - ref.float()).norm() / ref.float().norm())
+        except Exception as exc:  # noqa: BLE001 - a missing backend is a result here
+            print(f"flashinfer {backend}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", choices=sorted(ARCHS), default="turbo")
     ap.add_argument("--groups", type=int, nargs="*", default=[16, 32, 64])
     ap.add_argument("--no-append", action="store_true")
+    ap.add_argument("--flashinfer", action="store_true", help="only FlashInfer's prefill against cuDNN (32 windows)")
     args = ap.parse_args()
     config = ARCHS[args.arch]
     dims = ModelDims.from_hf_config(config)
+    if args.flashinfer:
+        print("attention per layer, 32 windows (ms):", flashinfer_attention(dims, 32))
+        return
     torch.manual_seed(0)
     with torch.device("cuda"):
         model = Whisper(dims).to(dtype=torch.bfloat16).eval()
@@ -101,6 +167,9 @@ def main() -> None:
                 print(f"group {group:>3} {name:<6} {ms:6.3f} ms/window  {flops / ms / 1e9:6.0f} TFLOP/s  "
                       f"relative error vs eager {err:.4f}", flush=True)
             print(f"group {group}: attention per layer (ms):", attention_kernels(dims, group), flush=True)
+            x = torch.randn(group * dims.n_audio_ctx, dims.n_audio_state, device="cuda", dtype=torch.bfloat16)
+            for name in ("fused", "fp8"):
+                print(f"group {group} {name}: one layer's parts (ms):", layer_breakdown(encoders[name], x, group), flush=True)
     print(f"\nencoder {args.arch}, {common.hardware()}, commit {common.commit()}")
     if not args.no_append:
         for group in args.groups:
