@@ -204,6 +204,7 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
     global ARCH, TOKENS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer-from", type=Path, required=True)
+    ap.add_argument("--name", default=name, help="the workload's name in the table and RESULTS.md")
     ap.add_argument("--arch", choices=sorted(ARCHS), default=arch)
     ap.add_argument("--tokens", type=int, default=tokens, help="generated tokens per window (EOT suppressed)")
     ap.add_argument("--durations-from", type=Path, help="a Parquet with duration_s: report the RTFx implied "
@@ -233,7 +234,7 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
         results.append(r)
     peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]
     best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
-    print(f"\n{name} {args.arch} random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
+    print(f"\n{args.name} {args.arch} random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
     print(f"{'system':<44}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
     for r in results:
         print(f"{'batchscribe ' + r['config'] + ' (' + str(r['slots']) + ' slots)':<44}{r['windows_per_s']:>12.1f}"
@@ -252,7 +253,7 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
             print(f"{r['config']}: {r['windows_per_s']:.1f} windows/s{rtfx}")
             if not args.no_append:
                 common.append_result({
-                    "workload": f"{name} {args.arch} random bf16, {TOKENS} tok/window, attention:cross_kv[:encoder] {r['config']}",
+                    "workload": f"{args.name} {args.arch} random bf16, {TOKENS} tok/window, attention:cross_kv[:encoder] {r['config']}",
                     "ours": f"{r['windows_per_s']:.1f} windows/s ({r['slots']} slots)",
                     "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
                     "ratio": f"{ratio:.2f}x", "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",
