@@ -75,6 +75,7 @@ def attention_kernels(dims: ModelDims, group: int) -> dict[str, float]:
 def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[str, float]:
     """One fused layer's parts, each timed alone (ms per layer over `group` windows)."""
     from batchscribe.model import encoder_ops as ops
+    from batchscribe.model import encoder_triton
     from batchscribe.model.fp8 import quantize_rows
 
     layer, m = encoder.layers[0], x.shape[0]
@@ -96,7 +97,8 @@ def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[
         parts |= {
             "add_norm fp8": lambda: ops.add_norm(x, x, None, layer.ln2, True),
             "quant_rows": lambda: ops.quant_rows(x),
-            "gelu_quant": lambda: ops.gelu_quant(h),
+            **{f"gelu_quant {launch}": (lambda launch=launch: encoder_triton.gelu_quant(h, launch))
+               for launch in ((0, 8), (0, 16), (1024, 4), (1024, 8), (512, 4), (2048, 8))},
             "qkv fp8": lambda: layer.fp8["qkv"](xq, xs),
             "out_proj fp8": lambda: layer.fp8["out"](xq, xs),
             "fc1 fp8": lambda: layer.fp8["fc1"](xq, xs),
