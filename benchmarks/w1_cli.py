@@ -69,7 +69,7 @@ def in_process(data: Path, out: Path) -> dict:
     wall = time.perf_counter() - t0
     sched = kept["t"].scheduler()
     start = sched.marks.get("start", t0)
-    return {"wall": wall, "summary": result.summary,
+    return {"wall": wall, "summary": result.summary, "model_load": round(result.summary["model_load_seconds"], 3),
             "stages": {k: round(v, 3) for k, v in sched.timings.items()},
             "engine": {k: round(v, 3) for k, v in sched.engine.timings.items()},
             "timeline": {k: round(v - start, 3) for k, v in sched.marks.items()},
@@ -82,9 +82,7 @@ def peer(data: Path, folder: str, rows: int, batch: int) -> dict:
     import torch
     import transformers
 
-    model = transformers.WhisperForConditionalGeneration.from_pretrained(folder, dtype=torch.float16)
-    pipe = transformers.pipeline("automatic-speech-recognition", model=model, tokenizer=folder,
-                                 feature_extractor=folder, device=0, dtype=torch.float16)  # fmt: skip
+    pipe = transformers.pipeline("automatic-speech-recognition", model=folder, device=0, dtype=torch.float16)
     table = pq.read_table(data, columns=["id", "audio"]).slice(0, rows)
     ids, blobs = table.column("id").to_pylist(), [a["bytes"] for a in table.column("audio").to_pylist()]
 
@@ -107,6 +105,8 @@ def main() -> None:
     ap.add_argument("--replicate", type=int, default=50)
     ap.add_argument("--peer-rows", type=int, default=500)
     ap.add_argument("--peer-batch", type=int, default=256)
+    ap.add_argument("--variants", nargs="*", default=[], help="flag strings for further cold runs, e.g. "
+                    "'--no-progress' '--no-report': where the process's time goes")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import common
@@ -128,6 +128,11 @@ def main() -> None:
                   f"excluding model load {s['rtfx_excluding_model_load']:.0f}, model load {s['model_load_seconds']:.2f} s, "
                   f"WER {100 * r['wer']:.2f} %", flush=True)  # fmt: skip
             runs.append(r)
+        for k, flags in enumerate(args.variants):
+            r = cli_run(data, tmp / f"variant{k}", *flags.split())
+            s = r["summary"]
+            print(f"cli {flags}: wall {r['wall']:.2f} s, RTFx {audio_s / r['wall']:.0f} (process wall), summary RTFx "
+                  f"{s['rtfx']:.0f}, run() wall {s['wall_seconds']:.2f} s, model load {s['model_load_seconds']:.2f} s", flush=True)  # fmt: skip
         inside = in_process(data, tmp / "inproc")
         print("in-process run():", json.dumps({k: v for k, v in inside.items() if k != "summary"}), flush=True)
         from batchscribe.weights import resolve_model

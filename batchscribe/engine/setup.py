@@ -15,6 +15,7 @@ from batchscribe.engine import triton_select
 from batchscribe.engine.sizing import default_kv_buckets, slots_for_memory
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
+from batchscribe.model import encoder_triton
 from batchscribe.model.fp8 import fp8_gemm_supported
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,6 @@ def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> s
             raise ConfigError(f"--encoder-precision fp8 needs fp8 GEMMs (compute capability 8.9 or later); "
                               f"{name} has {torch.cuda.get_device_capability(device)}; use auto")  # fmt: skip
         return "fp8"
-    if device.type == "cuda" and triton_select.triton_available() and dtype in (torch.float16, torch.bfloat16):
+    if device.type == "cuda" and encoder_triton.triton_available() and dtype in (torch.float16, torch.bfloat16):
         return "fused"
     return "eager"

@@ -62,13 +62,35 @@ if triton is not None:
             tl.store(out_ptr + row * D + cols, n.to(y.dtype), mask=mask)
 
     @triton.jit
+    def _gelu(h):
+        return 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))
+
+    @triton.jit
     def _gelu_quant_kernel(h_ptr, out_ptr, scale_ptr, D, BLOCK: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
-        h = tl.load(h_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32)
-        g = 0.5 * h * (1.0 + tl.erf(h * 0.7071067811865476))
+        g = _gelu(tl.load(h_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32))
         _quant_store(g, out_ptr + row * D, scale_ptr, row, cols, mask)
+
+    @triton.jit
+    def _gelu_quant_chunked_kernel(h_ptr, out_ptr, scale_ptr, D, CHUNK: tl.constexpr):
+        """The row in CHUNK-wide pieces, twice: the amax, then the quantised values (the second
+        read hits the cache). No lanes idle on a row that is not a power of two wide."""
+        row = tl.program_id(0).to(tl.int64)
+        cols = tl.arange(0, CHUNK)
+        amax = tl.zeros([CHUNK], dtype=tl.float32)
+        for start in range(0, D, CHUNK):
+            mask = start + cols < D
+            g = _gelu(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32))
+            amax = tl.maximum(amax, tl.where(mask, tl.abs(g), 0.0))
+        scale = tl.maximum(tl.max(amax, axis=0), 1e-12) / 448.0
+        for start in range(0, D, CHUNK):
+            mask = start + cols < D
+            g = _gelu(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32))
+            q = tl.clamp(g / scale, -448.0, 448.0)
+            tl.store(out_ptr + row * D + start + cols, q.to(tl.float8e4nv), mask=mask)
+        tl.store(scale_ptr + row, scale)
 
     @triton.jit
     def _quant_rows_kernel(x_ptr, out_ptr, scale_ptr, D, BLOCK: tl.constexpr):
@@ -97,11 +119,20 @@ def add_norm(y: torch.Tensor, residual: torch.Tensor | None, bias: torch.Tensor 
     return out, scale
 
 
-def gelu_quant(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+# gelu_quant's launch: (chunk, warps); chunk 0 is the whole row in one block. Chosen by measurement
+# (benchmarks/encoder_speed.py; docs/GPU_NOTES.md).
+GELU_LAUNCH = (0, 16)
+
+
+def gelu_quant(h: torch.Tensor, launch: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     m, d = h.shape
+    chunk, warps = launch or GELU_LAUNCH
     out = torch.empty(m, d, device=h.device, dtype=torch.float8_e4m3fn)
     scale = torch.empty(m, 1, device=h.device, dtype=torch.float32)
-    _gelu_quant_kernel[(m,)](h, out, scale, d, **_launch(d))
+    if chunk:
+        _gelu_quant_chunked_kernel[(m,)](h, out, scale, d, CHUNK=chunk, num_warps=warps)
+    else:
+        _gelu_quant_kernel[(m,)](h, out, scale, d, BLOCK=triton.next_power_of_2(d), num_warps=warps)
     return out, scale
 
 
