@@ -1,0 +1,72 @@
+"""The fp8 encoder's accuracy on real weights: WER with --encoder-precision fp8 against the default
+encoder, on the same rows, with the share of identical transcripts.
+
+    python benchmarks/fp8_accuracy.py [--models tiny.en base] [--rows 100] [--device cpu|cuda]
+
+Sets: the first --rows of LibriSpeech test-other and of train-clean-5 shard 0 (../shared/data).
+On the CPU the fp8 GEMMs are emulated (the same quantisation, float32 arithmetic); on a GPU they
+are torch._scaled_mm. Greedy decoding (temperature 0) so that the fallback cannot hide a change.
+Prints a table and appends rows to benchmarks/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "librispeech"
+SETS = {"test-other": "test-other-subset-00000-of-00001.parquet", "train-clean-5": "train-clean-5-00000-of-00008.parquet"}
+
+
+def rows(name: str, n: int) -> tuple[list, dict[str, str]]:
+    import pyarrow.parquet as pq
+    import soundfile as sf
+
+    table = pq.read_table(DATA / SETS[name], columns=["id", "audio", "text"]).slice(0, n).to_pylist()
+    items = [(str(r["id"]), sf.read(io.BytesIO(r["audio"]["bytes"]), dtype="float32")[0]) for r in table]
+    return items, {str(r["id"]): r["text"] for r in table}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", nargs="*", default=["tiny.en", "base"])
+    ap.add_argument("--rows", type=int, default=100)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-append", action="store_true")
+    args = ap.parse_args()
+    import jiwer
+
+    import common
+    from batchscribe.api import Transcriber
+    from batchscribe.eval.normalize import get_normalizer
+
+    norm = get_normalizer("english")
+    table = []
+    for model in args.models:
+        for name in SETS:
+            items, refs = rows(name, args.rows)
+            texts = {}
+            for precision in ("auto", "fp8"):
+                t = Transcriber(model, device=args.device, encoder_precision=precision, language="en", temperatures=(0.0,))
+                texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items)}
+                t.release()
+            ids = sorted(refs)
+            wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}
+            same = sum(texts["auto"][i] == texts["fp8"][i] for i in ids) / len(ids)
+            table.append((model, name, wer["auto"], wer["fp8"], same))
+            print(f"{model:<8} {name:<14} WER default {wer['auto']:.2f} %  fp8 {wer['fp8']:.2f} %  "
+                  f"(delta {wer['fp8'] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
+    print(f"\nfp8 encoder accuracy, {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
+    if not args.no_append:
+        for model, name, w_auto, w_fp8, same in table:
+            common.append_result({
+                "workload": f"fp8 encoder accuracy, {model}, {name} first {args.rows}, greedy, {args.device}",
+                "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
+                "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
+                "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
+            })  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
