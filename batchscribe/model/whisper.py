@@ -167,14 +167,16 @@ class Whisper(nn.Module):
         logits = x @ dec.embed_tokens.weight.T  # [B, n_vocab]
         return logits.float() if upcast else logits
 
-    def load_hf_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Load a transformers WhisperForConditionalGeneration state dict; every key must match."""
+    def load_hf_state_dict(self, state: dict[str, torch.Tensor], assign: bool = False) -> None:
+        """Load a transformers WhisperForConditionalGeneration state dict; every key must match.
+        assign: take the tensors as the parameters (a model built on the meta device) instead of
+        copying into them."""
         ours = {}
         for name, tensor in state.items():
             if name == "proj_out.weight":
                 continue  # tied to decoder.embed_tokens in every Whisper checkpoint
             ours[name.removeprefix("model.")] = tensor
-        missing, unexpected = self.load_state_dict(ours, strict=False)
+        missing, unexpected = self.load_state_dict(ours, strict=False, assign=assign)
         if missing or unexpected:
             raise ValueError(
                 f"checkpoint does not match the Whisper architecture: missing {missing[:5]}, "
