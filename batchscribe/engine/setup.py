@@ -110,6 +110,9 @@ def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> s
     """fp8 where asked (refused on a GPU without fp8 GEMMs); else fused on CUDA with Triton in
     half precision, else eager."""
     if precision == "fp8":
+        if device.type == "cuda" and dtype == torch.float32:  # _scaled_mm writes half precision
+            raise ConfigError("--encoder-precision fp8 runs with --dtype float16 or bfloat16 on CUDA; "
+                              "drop --dtype float32 (or use --encoder-precision auto)")
         if device.type == "cuda" and not fp8_gemm_supported(device):
             name = torch.cuda.get_device_name(device)
             raise ConfigError(f"--encoder-precision fp8 needs fp8 GEMMs (compute capability 8.9 or later); "

@@ -1,0 +1,42 @@
+"""EngineOptions resolved against the device (engine/setup.py): how the encoder runs, and what of
+it enters a run folder's identity."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from batchscribe.config import ConfigError, EngineOptions
+from batchscribe.engine.setup import _encoder_mode, resolve_engine
+from batchscribe.model.dims import ModelDims
+
+TINY = ModelDims.from_hf_config(dict(
+    vocab_size=51864, num_mel_bins=80, d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
+    decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536, max_source_positions=1500,
+    max_target_positions=448))  # fmt: skip
+
+
+def test_cpu_runs_the_eager_encoder_or_emulates_fp8() -> None:
+    auto = resolve_engine(EngineOptions(device="cpu"), TINY)
+    fp8 = resolve_engine(EngineOptions(device="cpu", encoder_precision="fp8"), TINY)
+    assert (auto.encoder, fp8.encoder) == ("eager", "fp8")
+    # fp8 changes transcripts, so it is part of the identity; the default adds no key, so folders
+    # written before the option existed still resume.
+    assert "encoder_precision" not in auto.identity()
+    assert fp8.identity() == {**auto.identity(), "encoder_precision": "fp8"}
+    assert fp8.describe()["encoder"] == "fp8" and auto.describe()["encoder"] == "eager"
+
+
+def test_encoder_modes_on_cuda_are_chosen_by_dtype() -> None:
+    pytest.importorskip("triton")
+    cuda = torch.device("cuda")
+    assert _encoder_mode("auto", cuda, torch.float16) == "fused"
+    assert _encoder_mode("auto", cuda, torch.bfloat16) == "fused"
+    assert _encoder_mode("auto", cuda, torch.float32) == "eager"  # the fused kernels are half precision
+    with pytest.raises(ConfigError, match="--dtype float16 or bfloat16"):
+        _encoder_mode("fp8", cuda, torch.float32)
+
+
+def test_unknown_encoder_precision_is_refused() -> None:
+    with pytest.raises(ConfigError, match="encoder_precision='int8'; use auto or fp8"):
+        EngineOptions(encoder_precision="int8")  # type: ignore[arg-type]
