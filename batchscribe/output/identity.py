@@ -1,0 +1,106 @@
+"""What pins a folder's records (`run_config.json`), and whether a run may add to them.
+
+Each writer writes its own run config (`run_config.json`, or `run_config-<prefix>.json` for one
+`--shard-index`), so writers sharing a folder never write one file. A run is compared with every
+run config in the folder whose writer has committed records; records without any run config are
+refused (nothing says how they were made). A refusal names only the keys that differ, with both
+values, and the fix. A key an earlier version did not record is not compared, so its folders still
+resume; everything it did record must match.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from batchscribe.output.resume import ResumeConflictError, has_records
+from batchscribe.output.writers import write_json_atomic
+
+RUN_CONFIG_NAME = "run_config.json"
+# Keys of the run config that must match for a run to continue a folder. Device, batch size,
+# workers and limit may change between runs: they do not change what a record says.
+IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "inputs_fingerprint", "source_options",
+                 "num_shards")  # fmt: skip
+ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
+_CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
+
+
+def run_config_name(prefix: str) -> str:
+    return RUN_CONFIG_NAME if prefix == "records" else f"run_config-{prefix}.json"
+
+
+def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str, ...] = ()) -> None:
+    """Refuse to continue a folder whose records were made with other settings (`ignore`: keys
+    this run may change, e.g. the inputs' fingerprint under --retry-errors)."""
+    for name, previous in _previous_configs(directory):
+        pairs = [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS
+                 if key in previous and key not in ignore]  # fmt: skip
+        _refuse_differences(directory, name, pairs)
+
+
+def check_engine_identity(directory: Path, identity: Any) -> None:
+    """The same for the engine's resolved identity, checked once the model is loaded."""
+    for name, previous in _previous_configs(directory):
+        if ENGINE_KEY in previous:
+            _refuse_differences(directory, name, [(ENGINE_KEY, previous[ENGINE_KEY], identity)])
+
+
+def _previous_configs(directory: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, run config) of every writer in `directory` that has committed records."""
+    directory = Path(directory)
+    if not has_records(directory):
+        return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(directory.iterdir()):
+        m = _CONFIG_FILE.match(path.name)
+        # run_config.json pins the whole folder: earlier versions wrote one for every writer.
+        if m is None or (m.group("prefix") and not has_records(directory, m.group("prefix"))):
+            continue
+        try:
+            found.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
+        except ValueError as exc:
+            raise ResumeConflictError(
+                f"{path} is not valid JSON ({exc}); pass --overwrite to start this directory afresh, "
+                "or choose another --output"
+            ) from exc
+    if not found:
+        raise ResumeConflictError(
+            f"{directory} holds records but no run_config.json, so nothing says which model, inputs and "
+            "options made them; resuming could mix records. Pass --overwrite to delete them and start "
+            "again, or choose another --output"
+        )
+    return found
+
+
+def differences(key: str, before: Any, now: Any) -> list[str]:
+    """`key.sub: before X, now Y` for each leaf that differs; keys absent before are not compared."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        return [d for k in sorted(before) for d in differences(f"{key}.{k}", before[k], now.get(k))]
+    if _canon(before) == _canon(now):
+        return []
+    return [f"  {key}: before {_show(before)}, now {_show(now)}"]
+
+
+def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, Any]]) -> None:
+    diffs = [d for key, before, now in pairs for d in differences(key, before, now)]
+    if diffs:
+        raise ResumeConflictError(
+            f"{directory} already holds records made with other settings ({name}):\n" + "\n".join(diffs)
+            + "\nResuming would mix them. Rerun with the settings above, choose another --output, "
+            "or pass --overwrite to delete the old records and start again."
+        )
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def write_run_config(directory: Path, config: dict[str, Any], prefix: str = "records") -> None:
+    write_json_atomic(Path(directory) / run_config_name(prefix), config)
