@@ -88,8 +88,8 @@ def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, 
     if diffs:
         raise ResumeConflictError(
             f"{directory} already holds records made with other settings ({name}):\n" + "\n".join(diffs)
-            + "\nResuming would mix them. Rerun with the settings above, choose another --output, "
-            "or pass --overwrite to delete the old records and start again."
+            + "\nResuming would mix them. Rerun with the earlier settings (the 'before' values) to resume, "
+            "choose another --output, or pass --overwrite to delete the old records and start again."
         )
 
 
