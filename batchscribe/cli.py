@@ -209,8 +209,8 @@ ShardIndex = Annotated[int, typer.Option(help="Which part this machine does (0-b
 Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); default: cores - 1 on "
                                              "the CPU, and on a GPU three quarters of the cores (at most 12) as "
                                              "threads.", show_default=False)]
-MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed.",
-                                               show_default=False)]
+MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed "
+                                               "(committed error records count; see --retry-errors).", show_default=False)]
 ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")]
 RetryErrors = Annotated[bool, typer.Option("--retry-errors", help="Transcribe again the items whose committed record is "

@@ -165,6 +165,15 @@ def test_kill_during_model_conversion_then_rerun(tiny_en_dir: Path, tmp_path: Pa
     assert (converted / "model.safetensors").stat().st_size == (tiny_en_dir / "model.safetensors").stat().st_size
 
 
+def _untouched_or_complete(out: Path, before: int, after: int) -> bool:
+    """A run stopped by a signal's default action: it had not begun (nothing new, no summary) or
+    had already finished (its summary says so)."""
+    summary = out / "summary.json"
+    if not summary.exists():
+        return after == before
+    return json.loads(summary.read_text())["status"] == "complete"
+
+
 # SIGTERM to the run alone (timeout, docker stop) or its group (Slurm), and Ctrl-C to the group.
 STOPS = ((signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, True))
 
@@ -184,8 +193,8 @@ def test_sigterm_and_sigint_commit_then_resume_is_exactly_once(
         assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
         if not interrupted:
             continue
-        if code == -sig:  # the signal came while Python was still starting up: nothing was begun
-            assert len(done) == before and not (out / "summary.json").exists()
+        if code == -sig:  # the signal came outside run(): while Python started up, or once it had finished
+            assert _untouched_or_complete(out, before, len(done)), stderr
             continue
         stopped += 1
         assert code == (143 if sig == signal.SIGTERM else 130), stderr
@@ -209,8 +218,7 @@ def test_two_writers_in_one_folder_stopped_and_resumed(
     out = tmp_path / "out"
     prefixes = ("records-part00000of00002", "records-part00001of00002")
     rngs = [random.Random(11), random.Random(12)]
-    for round_ in range(3):
-        sig = signal.SIGKILL if round_ % 2 == 0 else signal.SIGTERM
+    for sig in (signal.SIGKILL, signal.SIGTERM):
         results: list[tuple[bool, int, str]] = []
 
         def one(index: int) -> None:
@@ -225,7 +233,8 @@ def test_two_writers_in_one_folder_stopped_and_resumed(
         for interrupted, code, stderr in results:
             assert "is writing into" not in stderr  # two shard indices never refuse each other
             if interrupted and sig == signal.SIGTERM:
-                assert code == 143, stderr
+                assert code in (143, -signal.SIGTERM), stderr  # -15: before run() began or after it ended
+                assert "Traceback" not in stderr, stderr
         done = committed(out)
         assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
     finals = [subprocess.Popen(command(clips, out, model_cache, "jsonl", 2, 0, "--num-shards", "2",
