@@ -36,7 +36,8 @@ def weights_sha256(folder: Path, cache_dir: Path | None = None) -> str:
             cache[key], changed = hit, True
         combined.update(f"{path.name}\0{hit['sha256']}\n".encode())
     if changed and cache_dir is not None:
-        _save_cache(cache_dir, cache)
+        # Entries of files that are gone (a temporary model copy) would only grow the cache.
+        _save_cache(cache_dir, {k: v for k, v in cache.items() if os.path.exists(k)})
     return combined.hexdigest()
 
 

@@ -45,7 +45,8 @@ def test_decoded_audio_struct_is_read_as_audio(tmp_path: Path) -> None:
 
     t = np.arange(8000) / 8000
     tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)  # 1 s at 8 kHz
-    rows = [{"id": "tone", "audio": {"array": tone.tolist(), "sampling_rate": 8000, "path": None}}]
+    # datasets keeps the original file name beside the samples; that file need not exist here.
+    rows = [{"id": "tone", "audio": {"array": tone.tolist(), "sampling_rate": 8000, "path": "gone/tone.flac"}}]
     path = tmp_path / "decoded.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     (item,) = iter_source([str(path)], SourceOptions())
