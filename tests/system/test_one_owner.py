@@ -195,3 +195,23 @@ def test_a_truncated_shard_is_moved_aside_and_redone(clips: Path, model_cache: P
     assert (out / f"{cut.name}.bad").read_bytes() == data[: len(data) // 2]  # kept, not deleted
     assert {r["id"]: outcome(r) for r in committed(out)} == reference
     assert CORRUPT_ID in reference
+
+
+def test_duplicate_stems_keep_their_ids_when_a_file_is_added(model_cache: Path, tmp_path: Path) -> None:
+    """`a.flac` and `a.wav` in one folder; `a.aiff` added later sorts before both. Each earlier
+    file keeps its id and its transcript; the new one gets its own (numbered suffixes shifted)."""
+    clips = sorted(DEMO.glob("*.flac"))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, src in (("a.flac", clips[0]), ("a.wav", clips[1])):
+        audio, rate = sf.read(src)
+        sf.write(folder / name, audio[: 2 * rate], rate)
+    assert _run(command(folder, tmp_path / "out1", model_cache)).returncode == 0
+    audio, rate = sf.read(clips[2])
+    sf.write(folder / "a.aiff", audio[: 2 * rate], rate)
+    assert _run(command(folder, tmp_path / "out2", model_cache)).returncode == 0
+    before = {r["id"]: r["text"] for r in committed(tmp_path / "out1")}
+    after = {r["id"]: r["text"] for r in committed(tmp_path / "out2")}
+    assert sorted(before) == ["a.flac", "a.wav"] and sorted(after) == ["a.aiff", "a.flac", "a.wav"]
+    assert {k: after[k] for k in before} == before  # the same file under the same id
+    assert len(set(after.values())) == 3  # three different clips: none transcribed twice
