@@ -27,7 +27,13 @@ from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
 from batchscribe.audio.sources.fingerprint import canonical_input, inputs_fingerprint
-from batchscribe.output.identity import check_engine_identity, check_run_config, write_run_config
+from batchscribe.output.identity import (
+    ID_SCHEME,
+    check_engine_identity,
+    check_id_scheme,
+    check_run_config,
+    write_run_config,
+)
 from batchscribe.output.lock import OutputLock, lock_output
 from batchscribe.output.resume import (
     OutputState,
@@ -134,6 +140,7 @@ def run_config(inputs: Sequence[str], opts: RunOptions, exclude: tuple[str, ...]
         "format": opts.format,
         "inputs": [canonical_input(i) for i in inputs],
         "inputs_fingerprint": inputs_fingerprint(inputs, exclude),
+        "id_scheme": ID_SCHEME,
         "source_options": {"audio_column": src.audio_column, "id_column": src.id_column,
                            "text_column": src.text_column, "passthrough": list(src.passthrough),
                            "config": src.config, "split": src.split},
@@ -219,6 +226,7 @@ def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: 
     state = inspect_output(output_dir, opts.format, prefix)
     # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
     check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else ())
+    check_id_scheme(output_dir, state.completed)
     return state
 
 

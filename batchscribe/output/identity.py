@@ -22,7 +22,10 @@ RUN_CONFIG_NAME = "run_config.json"
 # Keys of the run config that must match for a run to continue a folder. Device, batch size,
 # workers and limit may change between runs: they do not change what a record says.
 IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "inputs_fingerprint", "source_options",
-                 "num_shards")  # fmt: skip
+                 "num_shards", "id_scheme")  # fmt: skip
+# How duplicate ids are named (audio/sources/ids.py). Earlier versions numbered them (`x#2`) and did
+# not record this key.
+ID_SCHEME = "origin"
 ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
 
@@ -38,6 +41,22 @@ def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str,
         pairs = [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS
                  if key in previous and key not in ignore]  # fmt: skip
         _refuse_differences(directory, name, pairs)
+
+
+def check_id_scheme(directory: Path, completed: set[str]) -> None:
+    """Refuse a folder from a version that numbered duplicate ids when it holds such ids: resuming
+    would transcribe those items again under their new names."""
+    numbered = sorted(i for i in completed if "#" in i)
+    if not numbered:
+        return
+    for name, previous in _previous_configs(directory):
+        if "id_scheme" not in previous:
+            raise ResumeConflictError(
+                f"{directory} was written by an earlier batchscribe ({name}) that numbered duplicate ids "
+                f"(e.g. {numbered[0]!r}); this version names a duplicate by its own path or row, so a resume "
+                "would transcribe those items again under new ids. Pass --overwrite to start again, or "
+                "choose another --output"
+            )
 
 
 def check_engine_identity(directory: Path, identity: Any) -> None:

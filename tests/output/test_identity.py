@@ -75,3 +75,15 @@ def commit_prefix(directory: Path, prefix: str) -> None:
     w.add(rec(9))
     w.flush()
     assert json.loads((directory / f"_manifest-{prefix}.ndjson").read_text())["ids"] == ["u9"]
+
+
+def test_numbered_duplicate_ids_of_an_earlier_version_are_refused(tmp_path: Path) -> None:
+    from batchscribe.output.identity import check_id_scheme
+
+    write_run_config(tmp_path, {k: v for k, v in BASE.items() if k != "inputs_fingerprint"})  # no id_scheme
+    commit(tmp_path, [rec(0)])
+    check_id_scheme(tmp_path, {"u0"})  # no duplicate ids there: it resumes
+    with pytest.raises(ResumeConflictError, match="numbered duplicate ids \\(e.g. 'x#2'\\).*--overwrite"):
+        check_id_scheme(tmp_path, {"u0", "x#2"})
+    write_run_config(tmp_path, {**BASE, "id_scheme": "origin"})
+    check_id_scheme(tmp_path, {"u0", "x#x.flac"})
