@@ -175,7 +175,7 @@ def _untouched_or_complete(out: Path, before: int, after: int) -> bool:
 
 
 # SIGTERM to the run alone (timeout, docker stop) or its group (Slurm), and Ctrl-C to the group.
-STOPS = ((signal.SIGTERM, False), (signal.SIGTERM, True), (signal.SIGINT, True), (signal.SIGTERM, True))
+STOPS = ((signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True))
 
 
 def test_sigterm_and_sigint_commit_then_resume_is_exactly_once(
