@@ -171,10 +171,12 @@ def inspect_output(directory: Path, fmt: OutputFormat, prefix: str = "records") 
     pattern = shard_pattern(prefix)
     on_disk = {p.name for p in directory.iterdir() if pattern.match(p.name)}
     listed: set[str] = set()
+    seen: set[str] = set()  # shards with a manifest line so far
     for e in entries:
-        if e.shard not in on_disk or e.shard in {k.shard for k in state.entries}:
-            state.dirty = True  # a vanished shard's ids are simply redone
+        if e.shard not in on_disk or e.shard in seen:
+            state.dirty = True  # a vanished shard's ids are simply redone; a repeated line dropped
             continue
+        seen.add(e.shard)
         why = verify_shard(directory / e.shard, e.ids)
         if why is not None:
             state.bad.append((e.shard, why))
