@@ -151,10 +151,9 @@ def _report_wer(output_dir: Path) -> None:
         return
     try:
         report = evaluate(output_dir)
+        paths = write_report(report, output_dir / "eval")
     except EvalInputError:
         return  # no references in these records: nothing to score
-    try:
-        paths = write_report(report, output_dir / "eval")
     except OSError as exc:  # the records are committed: a report that cannot be written is a warning
         err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}")
         return

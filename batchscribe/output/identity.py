@@ -4,8 +4,9 @@ Each writer writes its own run config (`run_config.json`, or `run_config-<prefix
 `--shard-index`), so writers sharing a folder never write one file. A run is compared with every
 run config in the folder whose writer has committed records; records without any run config are
 refused (nothing says how they were made). A refusal names only the keys that differ, with both
-values, and the fix. A key an earlier version did not record is not compared, so its folders still
-resume; everything it did record must match.
+values, and the fix. A key this version added (the inputs' fingerprint, the weights' sha256, the
+id scheme) is not compared with a folder that lacks it, so older folders still resume; everything
+else must match, including a key recorded on one side only.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "inputs_fingerpr
 # How duplicate ids are named (audio/sources/ids.py). Earlier versions numbered them (`x#2`) and did
 # not record this key.
 ID_SCHEME = "origin"
+# Recorded since issue 18: folders written before lack them and still resume.
+ADDED_KEYS = frozenset({"engine.weights_sha256"})
 ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
 
@@ -94,9 +97,13 @@ def _previous_configs(directory: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def differences(key: str, before: Any, now: Any) -> list[str]:
-    """`key.sub: before X, now Y` for each leaf that differs; keys absent before are not compared."""
+    """`key.sub: before X, now Y` for each leaf that differs. A key in one only differs (a setting
+    recorded only when it is not the default, e.g. an fp8 encoder), except a key this version
+    added (`ADDED_KEYS`) that an older folder lacks."""
     if isinstance(before, dict) and isinstance(now, dict):
-        return [d for k in sorted(before) for d in differences(f"{key}.{k}", before[k], now.get(k))]
+        keys = sorted(set(before) | set(now))
+        return [d for k in keys if k in before or f"{key}.{k}" not in ADDED_KEYS
+                for d in differences(f"{key}.{k}", before.get(k), now.get(k))]  # fmt: skip
     if _canon(before) == _canon(now):
         return []
     return [f"  {key}: before {_show(before)}, now {_show(now)}"]

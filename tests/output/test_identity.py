@@ -87,3 +87,13 @@ def test_numbered_duplicate_ids_of_an_earlier_version_are_refused(tmp_path: Path
         check_id_scheme(tmp_path, {"u0", "x#2"})
     write_run_config(tmp_path, {**BASE, "id_scheme": "origin"})
     check_id_scheme(tmp_path, {"u0", "x#x.flac"})
+
+
+def test_a_setting_recorded_only_when_not_the_default_is_compared(tmp_path: Path) -> None:
+    """E.g. an fp8 encoder appears in the identity only when chosen: its appearing is a change."""
+    write_run_config(tmp_path, BASE)
+    commit(tmp_path, [rec(0)])
+    with pytest.raises(ResumeConflictError, match='engine.encoder_precision: before null, now "fp8"'):
+        check_engine_identity(tmp_path, {**BASE["engine"], "encoder_precision": "fp8"})
+    with pytest.raises(ResumeConflictError, match='decode_options.prompt: before null, now "hi"'):
+        check_run_config(tmp_path, {**BASE, "decode_options": {**BASE["decode_options"], "prompt": "hi"}})
