@@ -16,16 +16,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.engine.engine import build_engine
 from batchscribe.engine.scheduler import Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
 from batchscribe.engine.windows import WindowPlanner, step_spec
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.tokenizer import Tokenizer
+from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 from batchscribe.model.whisper import Whisper
 from batchscribe.output.verbose_json import transcript_record
 from batchscribe.weights import load_state_dict, resolve_model
+from batchscribe.weights.digest import weights_sha256
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,15 @@ class ModelInfo:
 
 def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _check_language_and_task(tokenizer: Tokenizer, options: DecodeOptions) -> None:
+    """A language or task the model cannot do is a usage error, found before the weights load."""
+    try:
+        tokenizer.sot_sequence(options.language, options.task)
+    except TokenizerError as exc:
+        flag = "--task" if options.task != "transcribe" and "task" in str(exc) else "--language"
+        raise ConfigError(f"{exc} (check {flag})") from exc
 
 
 def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions:
@@ -87,13 +97,14 @@ class Transcriber:
         self.engine_options = _engine_options(engine, device=device, dtype=dtype, batch_size=batch_size,
                                               cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv,
                                               encoder_precision=encoder_precision)  # fmt: skip
-        folder = resolve_model(model, cache_dir=Path(cache_dir) if cache_dir else None)
+        cache = Path(cache_dir) if cache_dir else default_cache_dir()
+        folder = resolve_model(model, cache_dir=cache)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
         resolved = resolve_engine(self.engine_options, dims)  # usage errors before the weights load
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
-        if self.options.language is not None:
-            self.tokenizer.sot_sequence(self.options.language, self.options.task)  # validates early
+        _check_language_and_task(self.tokenizer, self.options)
+        self.weights_sha256 = weights_sha256(folder, cache)  # pins a run's records to these weights
         with torch.device("meta"):  # no random init to overwrite: every tensor comes from the checkpoint
             self.model = Whisper(dims).eval()
         self.model.load_hf_state_dict(load_state_dict(folder), assign=True)
@@ -164,5 +175,6 @@ class Transcriber:
 
     def describe(self) -> dict[str, Any]:
         """Model, resolved engine and decoding options: for run configs and summaries."""
-        return {"model": asdict(self.model_info), "engine": self.config.describe(), "identity": self.config.identity(),
+        identity = {**self.config.identity(), "weights_sha256": self.weights_sha256}
+        return {"model": asdict(self.model_info), "engine": self.config.describe(), "identity": identity,
                 "decode": asdict(self.options)}  # fmt: skip

@@ -2,7 +2,8 @@
 
 Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
 2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
-existing output directory).
+existing output directory, an output directory another run is writing); 130 / 143 stopped by
+SIGINT / SIGTERM (what was done is committed; rerun to resume).
 """
 
 from __future__ import annotations
@@ -18,13 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
+    BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -32,7 +27,7 @@ from batchscribe.audio.sources import SourceError, SourceOptions
 from batchscribe.attention.names import kernel_help
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
-from batchscribe.run import RunOptions, RunResult, TooManyErrors, run
+from batchscribe.run import RunOptions, RunResult, Terminated, TooManyErrors, run
 from batchscribe.sink import RunProgress
 
 RUN_EXAMPLES = """\
@@ -84,6 +79,9 @@ def _handled() -> Iterator[None]:
     """Turn the package's boundary errors into a message and an exit code, not a traceback."""
     try:
         yield
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM as Terminated: committed, summary written
+        _die("interrupted: the records finished so far are committed; rerun the same command to resume",
+             143 if isinstance(exc, Terminated) else 130)
     except TooManyErrors as exc:
         _die(str(exc), 1)
     except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
@@ -110,18 +108,10 @@ class _Bar:
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            SpinnerColumn(),
-            TextColumn("[bold]transcribing"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[hours]:.2f} h audio"),
-            TextColumn("RTFx {task.fields[rtfx]:.1f}"),
-            TextColumn("[red]{task.fields[errors]} errors"),
-            TimeElapsedColumn(),
-            TextColumn("ETA"),
-            TimeRemainingColumn(),
-            console=console,
-            transient=False,
+            SpinnerColumn(), TextColumn("[bold]transcribing"), BarColumn(), MofNCompleteColumn(),
+            TextColumn("{task.fields[hours]:.2f} h audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),
+            TextColumn("[red]{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("ETA"),
+            TimeRemainingColumn(), console=console, transient=False,
         )
         self.task = self.progress.add_task("run", total=None, hours=0.0, rtfx=0.0, errors=0)
         self.started = False
@@ -161,9 +151,12 @@ def _report_wer(output_dir: Path) -> None:
         return
     try:
         report = evaluate(output_dir)
+        paths = write_report(report, output_dir / "eval")
     except EvalInputError:
         return  # no references in these records: nothing to score
-    paths = write_report(report, output_dir / "eval")
+    except OSError as exc:  # the records are committed: a report that cannot be written is a warning
+        err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}")
+        return
     err.print(f"[bold]WER[/bold] {report.wer:.2%} over {len(report.items)} items "
               f"(english normaliser); report: {paths.get('md', output_dir / 'eval')}")
 
@@ -216,10 +209,12 @@ ShardIndex = Annotated[int, typer.Option(help="Which part this machine does (0-b
 Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); default: cores - 1 on "
                                              "the CPU, and on a GPU three quarters of the cores (at most 12) as "
                                              "threads.", show_default=False)]
-MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed.",
-                                               show_default=False)]
+MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed "
+                                               "(committed error records count; see --retry-errors).", show_default=False)]
 ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")]
+RetryErrors = Annotated[bool, typer.Option("--retry-errors", help="Transcribe again the items whose committed record is "
+                                           "an error (after fixing them); each is replaced, once.")]
 CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are cached.", show_default=False)]
 ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
@@ -238,7 +233,7 @@ def run_command(
     text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
     split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
     max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
-    cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
+    retry_errors: RetryErrors = False, cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
 ) -> None:
     """Transcribe datasets into JSONL/Parquet record shards (one verbose_json record per item).
 
@@ -264,6 +259,7 @@ def run_command(
                                  passthrough=_split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
+            retry_errors=retry_errors,
         )  # fmt: skip
     _execute(items, output, opts, progress, report)
 
@@ -345,6 +341,7 @@ def eval_command(
     """Word error rate of a run's records against reference transcripts."""
     from batchscribe.eval import compare, comparison_rows, evaluate, summary_rows, write_report
     from batchscribe.eval.inputs import EvalInputError
+    from batchscribe.eval.render import EvalOutputError
 
     kwargs: dict[str, Any] = dict(references=tuple(references or ()), text_column=text_column,
                                   id_column=id_column, normalizer=normalizer, group_columns=tuple(group or ()),
@@ -355,9 +352,9 @@ def eval_command(
         if compare_with is not None:
             other = evaluate([compare_with], **kwargs)
             comparison = compare(report, other, name_a=str(predictions[0]), name_b=str(compare_with))
-    except (EvalInputError, SourceError, ValueError) as exc:
+        paths = write_report(report, output, comparison)
+    except (EvalInputError, SourceError, ValueError, EvalOutputError) as exc:
         _die(str(exc), 2)
-    paths = write_report(report, output, comparison)
     table = Table(show_header=False, box=None, pad_edge=False)
     for label, value in summary_rows(report) + (comparison_rows(comparison) if comparison else []):
         table.add_row(f"[bold]{label}[/bold]", value)

@@ -7,9 +7,13 @@ run redoes only what was in flight when the last one stopped.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import itertools
+import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -22,23 +26,36 @@ import numpy as np
 from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
-from batchscribe.output.resume import (
-    OutputState,
+from batchscribe.audio.sources.fingerprint import canonical_input, inputs_fingerprint
+from batchscribe.output.identity import (
+    ID_SCHEME,
     check_engine_identity,
+    check_id_scheme,
     check_run_config,
-    open_output,
-    output_prefix,
-    summary_name,
     write_run_config,
 )
+from batchscribe.output.lock import OutputLock, lock_output
+from batchscribe.output.resume import (
+    OutputState,
+    inspect_output,
+    output_prefix,
+    remove_records,
+    repair_output,
+    summary_name,
+)
+from batchscribe.output.retry import retry_errors
 from batchscribe.output.verbose_json import make_error_record
-from batchscribe.output.writers import ShardWriter, hostname, package_versions, write_summary
-from batchscribe.sink import ProgressCallback, Sink
+from batchscribe.output.writers import ShardWriter, write_summary
+from batchscribe.sink import ProgressCallback, Sink, estimate_total, run_summary
 from batchscribe.version import __version__
 
 
 class TooManyErrors(RuntimeError):
     """More item errors than --max-errors; the records written so far are committed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (timeout, Docker, Slurm, Kubernetes), handled as Ctrl-C is: what is done is committed."""
 
 
 class TranscriberLike(Protocol):
@@ -77,8 +94,11 @@ class RunOptions:
     shard_size: int = 1000  # records per shard file
     commit_seconds: float = 60.0  # a partly filled shard is committed after this long
     overwrite: bool = False
+    retry_errors: bool = False  # redo the items whose committed record is an error record
 
     def __post_init__(self) -> None:
+        if self.overwrite and self.retry_errors:
+            raise ConfigError("--overwrite deletes every record, so --retry-errors has nothing to retry; pass one")
         if self.format not in FORMATS:
             raise ConfigError(f"format={self.format!r} is not supported; use one of {', '.join(FORMATS)}")
         if self.max_errors is not None and self.max_errors < 0:
@@ -111,25 +131,22 @@ def default_transcriber(opts: RunOptions) -> TranscriberLike:
     return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
 
 
-def run_config(inputs: Sequence[str], opts: RunOptions) -> dict[str, Any]:
-    """What pins a directory's records; see resume.IDENTITY_KEYS for the keys that must match."""
+def run_config(inputs: Sequence[str], opts: RunOptions, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What pins a directory's records; see identity.IDENTITY_KEYS for the keys that must match."""
     src = opts.source
     return {
         "model": opts.model,
         "decode_options": dataclasses.asdict(opts.decode),
         "format": opts.format,
-        "inputs": [_canonical_input(i) for i in inputs],
+        "inputs": [canonical_input(i) for i in inputs],
+        "inputs_fingerprint": inputs_fingerprint(inputs, exclude),
+        "id_scheme": ID_SCHEME,
         "source_options": {"audio_column": src.audio_column, "id_column": src.id_column,
                            "text_column": src.text_column, "passthrough": list(src.passthrough),
                            "config": src.config, "split": src.split},
         "num_shards": src.num_shards,
         "batchscribe_version": __version__,
     }
-
-
-def _canonical_input(inp: str) -> str:
-    path = Path(inp).expanduser()
-    return str(path.resolve()) if path.exists() else inp
 
 
 @dataclass(frozen=True)
@@ -158,46 +175,109 @@ def run(
 ) -> RunResult:
     """Transcribe `inputs` into `output_dir`, resuming what an earlier run there left undone.
 
-    Raises SourceError / ConfigError / ResumeConflictError / model errors before any record is
-    written when the run cannot start, and TooManyErrors (after committing) past `max_errors`.
+    Raises OutputInUseError / SourceError / ConfigError / ResumeConflictError / model errors
+    before anything in the folder is changed when the run cannot start, TooManyErrors (after
+    committing) past `max_errors`, and KeyboardInterrupt / Terminated (after committing and
+    writing the summary) on SIGINT / SIGTERM.
     """
     output_dir = Path(output_dir)
     start_wall, start_time = time.monotonic(), _now()
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
-    state = open_output(output_dir, opts.format, prefix, overwrite=opts.overwrite)
-    config = run_config(inputs, opts)
-    check_run_config(output_dir, config)
     plan = _DecodePlan.for_run(opts)
     # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
-    source = dataclasses.replace(opts.source, audio_views=plan.threads)
-    items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
-    load_start = time.monotonic()
-    transcriber = (transcriber_factory or default_transcriber)(opts)
-    load_seconds = time.monotonic() - load_start
-    described = _jsonable(transcriber.describe())
-    check_engine_identity(output_dir, described.get("identity"))
-    write_run_config(output_dir, {**config, "engine": described.get("identity"), "model_info": described.get("model")})
-    writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
-                         opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
-    sink = Sink(writer, state, opts.max_errors, start_wall, _estimate_total(inputs, opts.source), progress,
-                load_seconds)  # fmt: skip
-    status = "interrupted"
-    try:
-        _pipeline(items, transcriber, sink, opts, plan)
-        status = "stopped: too many errors" if sink.stop else "complete"
-    finally:
-        try:
-            writer.flush()  # finished records are valid whatever stopped the run
-        finally:
-            summary = _summary(inputs, opts, state, sink, described, start_wall, start_time, status)
-            write_summary(output_dir, summary, summary_name(prefix))
+    source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
+    config = run_config(inputs, opts, source.exclude)
+    with lock_output(output_dir, prefix) as lock, _sigterm_as_interrupt():
+        state = _checked_state(output_dir, prefix, config, opts, lock)
+        items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
+        load_start = time.monotonic()
+        transcriber = (transcriber_factory or default_transcriber)(opts)
+        load_seconds = time.monotonic() - load_start
+        described = _jsonable(transcriber.describe())
+        if not opts.overwrite:
+            check_engine_identity(output_dir, described.get("identity"))
+        # Every check has passed: from here on the folder is changed.
+        retried = _prepare(state, opts, lock)
+        write_run_config(output_dir, {**config, "engine": described.get("identity"),
+                                      "model_info": described.get("model")}, prefix)  # fmt: skip
+        writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
+                             opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
+        sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
+                    load_seconds, retried)  # fmt: skip
+        summary = _run_pipeline(items, transcriber, sink, opts, plan,
+                                lambda status: run_summary(inputs, opts, state, sink, described, start_time, status))
+        write_summary(output_dir, summary, summary_name(prefix))
     if sink.stop:
         raise TooManyErrors(
             f"{sink.total_errors} item errors exceed --max-errors {opts.max_errors}; the run stopped "
             f"after committing {summary['items']} records to {output_dir}. Look at the 'error' "
-            f"field of the failed records, fix the input, then rerun (completed ids are skipped)."
+            f"field of the failed records and fix those inputs, then rerun with --retry-errors to "
+            f"transcribe them again (a plain rerun keeps committed error records and skips them)."
         )
     return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
+                   lock: OutputLock) -> OutputState:  # fmt: skip
+    """What the writer's folder holds, checked against this run; reads only."""
+    if opts.overwrite:
+        lock.exclusive_folder()  # refused now, not after the model loads, if another writer is live
+        return OutputState(output_dir, prefix, opts.format)
+    state = inspect_output(output_dir, opts.format, prefix)
+    # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
+    check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else ())
+    check_id_scheme(output_dir, state.completed)
+    return state
+
+
+def _prepare(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:
+    """The first changes to the folder: --overwrite's deletion, or repairs and --retry-errors.
+    Returns how many error records are to be redone."""
+    if opts.overwrite:
+        try:
+            remove_records(state.directory)
+        finally:
+            lock.share_folder()
+        return 0
+    repair_output(state)
+    return retry_errors(state) if opts.retry_errors else 0
+
+
+def _run_pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
+                  plan: _DecodePlan, summarize: Callable[[str], dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """Run, then commit what is buffered and build the summary, whatever stopped the run; an
+    interrupt's summary is written before the interrupt goes on."""
+    status = "interrupted"
+    try:
+        _pipeline(items, transcriber, sink, opts, plan)
+        status = "stopped: too many errors" if sink.stop else "complete"
+    except BaseException:
+        try:
+            sink.writer.flush()  # finished records are valid whatever stopped the run
+        finally:
+            write_summary(sink.state.directory, summarize(status), summary_name(sink.state.prefix))
+        raise
+    sink.writer.flush()
+    return summarize(status)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as SIGINT does, so the
+    same path commits and writes the summary; a second SIGTERM kills as usual."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
@@ -271,67 +351,6 @@ def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict
 
 def _error_record(item_id: str, error: str, text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
     return _merge(make_error_record(item_id, error), text, extra)
-
-
-def _estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
-    """Item count from Parquet footers / manifest lines when every input is such a file."""
-    import glob
-
-    count = 0
-    for inp in inputs:
-        paths = sorted(glob.glob(inp)) if any(c in inp for c in "*?[") else [inp]
-        for p in map(Path, paths):
-            if p.suffix == ".parquet" and p.is_file():
-                import pyarrow.parquet as pq
-
-                count += pq.ParquetFile(p).metadata.num_rows
-            elif p.suffix == ".jsonl" and p.is_file():
-                with open(p, "rb") as f:
-                    count += sum(1 for line in f if line.strip())
-            else:
-                return src.limit
-    if src.num_shards > 1:
-        count = -(-count // src.num_shards)  # hash split: about an even share
-    return count if src.limit is None else min(count, src.limit)
-
-
-def _summary(inputs: Sequence[str], opts: RunOptions, state: OutputState, sink: Sink,
-             described: dict[str, Any], start_wall: float, start_time: str, status: str) -> dict[str, Any]:
-    totals = state.totals()
-    wall = time.monotonic() - start_wall
-    session_seconds = sink.audio_seconds
-    return {
-        "batchscribe_version": __version__,
-        "status": status,
-        "items": int(totals["items"]),
-        "ok": int(totals["ok"]),
-        "errors": int(totals["errors"]),
-        "audio_hours": totals["audio_seconds"] / 3600.0,
-        "shards": int(totals["shards"]),
-        # This session only (a resumed run skips what earlier ones did):
-        "this_run": {"items": sink.done, "ok": sink.ok, "errors": sink.errors,
-                     "skipped_completed": sink.skipped,
-                     "audio_hours": session_seconds / 3600.0},
-        "wall_seconds": wall,
-        "rtfx": session_seconds / wall if wall > 0 else 0.0,
-        # Model loading (and first-use conversion) is a fixed cost; without it, the steady rate.
-        "model_load_seconds": sink.load_seconds,
-        "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
-                                      if wall > sink.load_seconds else 0.0),
-        "start_time": start_time,
-        "end_time": _now(),
-        "model": {"name": opts.model, "info": described.get("model")},
-        "engine": described.get("engine"),  # as resolved: device, dtype, kernels, slots, graphs
-        "options": {
-            "decode": dataclasses.asdict(opts.decode),
-            "engine": dataclasses.asdict(opts.engine),  # as asked for
-            "format": opts.format, "workers": opts.workers, "max_errors": opts.max_errors,
-            "source": {**dataclasses.asdict(opts.source), "passthrough": list(opts.source.passthrough)},
-        },
-        "inputs": [_canonical_input(i) for i in inputs],
-        "hostname": hostname(),
-        "packages": package_versions(),
-    }
 
 
 def _jsonable(obj: Any) -> Any:

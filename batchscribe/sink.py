@@ -1,17 +1,24 @@
 """Where a run's records go: counted, written to the shard writer, reported to a progress callback,
-and checked against --max-errors. Thread-safe: the transcriber may pull items from its own thread."""
+and checked against --max-errors; and the summary of what was counted. Thread-safe: the
+transcriber may pull items from its own thread."""
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources import SourceItem
+from batchscribe.audio.sources import SourceItem, SourceOptions
+from batchscribe.audio.sources.fingerprint import canonical_input
 from batchscribe.output.resume import OutputState
-from batchscribe.output.writers import ShardWriter
+from batchscribe.output.writers import ShardWriter, hostname, package_versions
+from batchscribe.version import __version__
 
 
 @dataclass(frozen=True)
@@ -39,14 +46,16 @@ class Sink:
 
     def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
                  start: float, total: int | None, progress: ProgressCallback | None,
-                 load_seconds: float = 0.0) -> None:  # fmt: skip
+                 load_seconds: float = 0.0, retried: int = 0) -> None:  # fmt: skip
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
         self.load_seconds = load_seconds
+        self.retried = retried  # error records taken back by --retry-errors, redone this session
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = self.skipped = 0
         self.audio_seconds = 0.0
-        self.stop = False
+        # Committed errors already past the limit: stop before doing more (a plain rerun keeps them).
+        self.stop = max_errors is not None and self.prior_errors > max_errors
         self._lock = threading.Lock()
 
     @property
@@ -83,3 +92,66 @@ class Sink:
         total = None if self.total is None else max(self.total - self.skipped, self.done)
         return RunProgress(self.done, self.ok, self.errors, self.skipped, self.audio_seconds,
                            time.monotonic() - self.start, total)  # fmt: skip
+
+
+def estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
+    """Item count from Parquet footers / manifest lines when every input is such a file."""
+    count = 0
+    for inp in inputs:
+        paths = sorted(glob.glob(inp)) if any(c in inp for c in "*?[") else [inp]
+        for p in map(Path, paths):
+            if p.suffix == ".parquet" and p.is_file():
+                import pyarrow.parquet as pq
+
+                count += pq.ParquetFile(p).metadata.num_rows
+            elif p.suffix == ".jsonl" and p.is_file():
+                with open(p, "rb") as f:
+                    count += sum(1 for line in f if line.strip())
+            else:
+                return src.limit
+    if src.num_shards > 1:
+        count = -(-count // src.num_shards)  # hash split: about an even share
+    return count if src.limit is None else min(count, src.limit)
+
+
+def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink,
+                described: dict[str, Any], start_time: str, status: str) -> dict[str, Any]:  # fmt: skip
+    """summary.json of one writer: its records in the folder, this session, and how it ran
+    (`opts`: the run's RunOptions)."""
+    totals = state.totals()
+    wall = time.monotonic() - sink.start
+    session_seconds = sink.audio_seconds
+    return {
+        "batchscribe_version": __version__,
+        "status": status,
+        "items": int(totals["items"]),
+        "ok": int(totals["ok"]),
+        "errors": int(totals["errors"]),
+        "audio_hours": totals["audio_seconds"] / 3600.0,
+        "shards": int(totals["shards"]),
+        # This session only (a resumed run skips what earlier ones did; --retry-errors replaces
+        # `retried_errors` error records, so `items` still counts each id once):
+        "this_run": {"items": sink.done, "ok": sink.ok, "errors": sink.errors,
+                     "skipped_completed": sink.skipped, "retried_errors": sink.retried,
+                     "audio_hours": session_seconds / 3600.0},
+        "wall_seconds": wall,
+        "rtfx": session_seconds / wall if wall > 0 else 0.0,
+        # Model loading (and first-use conversion) is a fixed cost; without it, the steady rate.
+        "model_load_seconds": sink.load_seconds,
+        "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
+                                      if wall > sink.load_seconds else 0.0),
+        "start_time": start_time,
+        "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {"name": opts.model, "info": described.get("model")},
+        "engine": described.get("engine"),  # as resolved: device, dtype, kernels, slots, graphs
+        "options": {
+            "decode": dataclasses.asdict(opts.decode),
+            "engine": dataclasses.asdict(opts.engine),  # as asked for
+            "format": opts.format, "workers": opts.workers, "max_errors": opts.max_errors,
+            "retry_errors": opts.retry_errors,
+            "source": {**dataclasses.asdict(opts.source), "passthrough": list(opts.source.passthrough)},
+        },
+        "inputs": [canonical_input(i) for i in inputs],
+        "hostname": hostname(),
+        "packages": package_versions(),
+    }

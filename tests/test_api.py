@@ -3,6 +3,8 @@ OpenAI SDK's types."""
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from batchscribe.audio.decode import decode_audio
@@ -38,7 +40,9 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
     t = Transcriber(str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=3, cuda_graphs=False))
     assert t.config.device.type == "cpu" and t.config.n_slots == t.n_slots == 3 and not t.config.cuda_graphs
     described = t.describe()
-    assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32"}
+    weights = hashlib.sha256((tiny_en_dir / "model.safetensors").read_bytes()).hexdigest()
+    assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32",
+                                     "weights_sha256": hashlib.sha256(f"model.safetensors\0{weights}\n".encode()).hexdigest()}
     assert described["engine"]["batch_size"] == 3 and described["engine"]["device"] == "cpu"
     assert t.scheduler().engine.n_slots == 3
     with pytest.raises(ConfigError, match="not both"):

@@ -261,3 +261,25 @@ def test_same_transcripts_from_every_input_kind(tmp_path: Path, tiny_en_dir: Pat
     assert sorted(texts["parquet"]) == sorted(r["id"] for r in rows)
     for kind in ("disk", "hub", "folder"):
         assert texts[kind] == texts["parquet"], kind
+
+
+def test_max_errors_counts_committed_errors_and_retry_errors_replaces_them(tmp_path: Path) -> None:
+    """A rerun past --max-errors stops at once and says how to retry; --retry-errors redoes each
+    error record once (the repaired item is ok, the still-missing one an error again)."""
+    manifest, rows = make_manifest(tmp_path, n_copies=1)
+    out = tmp_path / "out"
+    run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+    idle = FakeTranscriber()
+    with pytest.raises(TooManyErrors, match="exceed --max-errors 1.*rerun with --retry-errors"):
+        run([str(manifest)], out, opts(max_errors=1), lambda o: idle)
+    assert idle.seen == []
+    sf.write(tmp_path / "corrupt.flac", np.zeros(1600, np.float32), 16000, format="FLAC")  # repaired
+    again = FakeTranscriber()
+    result = run([str(manifest)], out, opts(retry_errors=True), lambda o: again)
+    assert again.seen == ["corrupt"]  # "missing" fails in decoding again, before the model
+    records = read_all(out)
+    assert sorted(r["id"] for r in records) == sorted(rows)  # each id once
+    by_id = {r["id"]: r for r in records}
+    assert by_id["corrupt"]["text"] == " n=1600" and "error" in by_id["missing"]
+    s = result.summary
+    assert (s["items"], s["errors"], s["this_run"]["retried_errors"]) == (len(rows), 1, 2)

@@ -28,7 +28,7 @@ import numpy as np
 from batchscribe.audio.inflight import ChunkSizer, InFlight
 from batchscribe.audio.read_ahead import read_ahead
 from batchscribe.audio.sources import SourceItem
-from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, read_back
+from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, quiet_worker, read_back
 
 # Tasks: each a chunk of consecutive items and the future of their results, in order.
 _Pending = deque[tuple[list[SourceItem], Future[list[Result]]]]
@@ -210,7 +210,7 @@ def _context() -> multiprocessing.context.BaseContext:
 def _new_pool(workers: int, threads: bool = False) -> Executor:
     if threads:
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batchscribe-decode")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context())
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=quiet_worker)
 
 
 def _broken_future() -> Future[list[Result]]:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -42,6 +45,24 @@ class Spilled:
 
 # (audio [n_samples] float32 or where a worker spilled it, None) or (None, reason)
 Result = tuple[np.ndarray | Spilled | None, str | None]
+
+
+def quiet_worker() -> None:
+    """A decode process's initializer. Ctrl-C and SIGTERM reach the whole process group; the run
+    handles them (commits, writes the summary, shuts this pool down), so a worker ignores both: no
+    KeyboardInterrupt traceback, and no worker death the pool would take for a crashing decoder.
+    It exits by itself once its parent is gone (a run killed outright), instead of waiting forever
+    for work."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="batchscribe-parent-watch", daemon=True).start()
 
 
 def new_spill_dir() -> str:

@@ -60,13 +60,23 @@ def shard_files(paths: Sequence[Path]) -> list[Path]:
     return found
 
 
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    try:
+        return read_shard(path)
+    except Exception as exc:  # json, pyarrow and OS errors: a damaged or foreign file
+        raise EvalInputError(
+            f"{path}: cannot be read as record shard ({type(exc).__name__}: {str(exc)[:200]}); if a run wrote "
+            "it, rerun that `batchscribe run` command: it moves a damaged shard aside and redoes its items"
+        ) from exc
+
+
 def load_predictions(paths: Path | Sequence[Path]) -> Predictions:
     paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
     files = shard_files(paths)
     records: dict[str, dict[str, Any]] = {}
     duplicates: list[str] = []
     for f in files:
-        for line_no, rec in enumerate(read_shard(f), 1):
+        for line_no, rec in enumerate(_read_records(f), 1):
             if "id" not in rec:
                 raise EvalInputError(f"{f}: record {line_no} has no `id`; these are not batchscribe records")
             rid = str(rec["id"])

@@ -1,4 +1,10 @@
-"""`write_report`: report.json, report.md and report.html of one evaluation, each replaced whole."""
+"""`write_report`: report.json, report.md and report.html of one evaluation, written as a set.
+
+All three are written in full to temp names first, and only then renamed over the old ones, so an
+eval killed while rendering or writing leaves the old set untouched (the renames take
+microseconds, the writing is what takes time). An output that cannot be written raises
+EvalOutputError naming the path and the fix.
+"""
 
 from __future__ import annotations
 
@@ -11,20 +17,37 @@ from batchscribe.eval.markdown import markdown
 from batchscribe.eval.report import Report
 from batchscribe.eval.serialize import report_json
 
+REPORT_NAMES = {"json": "report.json", "md": "report.md", "html": "report.html"}
 
-def _write(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)  # a reader never sees half a report
-    return path
+
+class EvalOutputError(OSError):
+    """The report folder cannot be written; the message names the path and the fix."""
 
 
 def write_report(report: Report, out_dir: Path | str, comparison: Comparison | None = None) -> dict[str, Path]:
     """Write report.json, report.md and report.html into `out_dir`; returns name -> path."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return {
-        "json": _write(out / "report.json", report_json(report, comparison) + "\n"),
-        "md": _write(out / "report.md", markdown(report, comparison)),
-        "html": _write(out / "report.html", html_report(report, comparison)),
-    }
+    texts = {"json": report_json(report, comparison) + "\n", "md": markdown(report, comparison),
+             "html": html_report(report, comparison)}  # rendered before anything is written
+    temps = {kind: out / f".{name}.{os.getpid()}.tmp" for kind, name in REPORT_NAMES.items()}
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for kind, text in texts.items():
+            with open(temps[kind], "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+        for kind, name in REPORT_NAMES.items():
+            os.replace(temps[kind], out / name)
+    except OSError as exc:
+        for tmp in temps.values():
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+        where = exc.filename or out
+        raise EvalOutputError(
+            f"cannot write the report into {out} ({exc.strerror or exc}: {where}); fix its permissions or "
+            "free space, or choose another --output"
+        ) from exc
+    return {kind: out / name for kind, name in REPORT_NAMES.items()}

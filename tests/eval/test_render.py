@@ -4,6 +4,7 @@ its tables."""
 from __future__ import annotations
 
 import json
+import os
 from importlib import metadata
 from pathlib import Path
 
@@ -47,3 +48,40 @@ def test_write_report_files_hold_every_figure(tmp_path: Path, refs: Path) -> Non
     assert "| WER |" in md
     labels = [label for label, _ in summary_rows(report)]
     assert labels[:2] == ["Items", "WER"]
+
+
+def test_a_report_set_is_replaced_whole_or_not_at_all(tmp_path: Path, refs: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from batchscribe.eval import render
+
+    run = run_dir(tmp_path, "a", HYPS_B)
+    report = evaluate(run, [str(refs)], normalizer="basic", bootstrap=0)
+    out = tmp_path / "report"
+    write_report(report, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real_open = open
+
+    def full_disk(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith(f".report.html.{os.getpid()}.tmp"):
+            raise OSError(28, "No space left on device", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", full_disk)  # the last file of the set cannot be written
+    with pytest.raises(render.EvalOutputError, match=f"cannot write the report into {out}.*No space left"):
+        write_report(evaluate(run_dir(tmp_path, "b", {}), [str(refs)], normalizer="basic", bootstrap=0), out)
+    monkeypatch.undo()
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the old set, nothing half-new
+
+
+def test_an_unwritable_report_folder_is_exit_2_naming_it(tmp_path: Path, refs: Path) -> None:
+    from typer.testing import CliRunner
+
+    from batchscribe.cli import app
+
+    run = run_dir(tmp_path, "a", HYPS_B)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = CliRunner().invoke(app, ["eval", str(run), "--references", str(refs), "-o", str(blocker / "rep"),
+                                      "--bootstrap", "0"], env={"COLUMNS": "400"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"cannot write the report into {blocker / 'rep'}" in result.output and "choose another --output" in result.output

@@ -10,13 +10,8 @@ import pytest
 
 from batchscribe.output import resume
 from batchscribe.output.formats import encode_shard, read_shard
-from batchscribe.output.resume import (
-    OutputDirError,
-    ResumeConflictError,
-    check_run_config,
-    open_output,
-    write_run_config,
-)
+from batchscribe.output.identity import check_run_config, write_run_config
+from batchscribe.output.resume import OutputDirError, ResumeConflictError, open_output
 from batchscribe.output.writers import ShardWriter, write_atomic
 
 

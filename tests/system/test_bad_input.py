@@ -173,11 +173,12 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
     result = runner.invoke(app, args, env=WIDE)
     assert result.exit_code == 0, result.output
     records = by_id(tmp_path / "out")
-    # Duplicate ids: the first keeps its id, later ones get #2, #3 (sources.iter_source's rule).
+    # Duplicate ids: the first keeps its id, later ones are named by their row (sources.iter_source's rule).
+    dup2, dup3 = "dup#rows.parquet:9", "dup#rows.parquet:10"
     assert sorted(records) == sorted(["ok", "null-cell", "empty-bytes", "corrupt", "nan", "missing-path",
-                                      "dir-path", "fifo-path", "dup", "dup#2", "dup#3"])
+                                      "dir-path", "fifo-path", "dup", dup2, dup3])
     for i, (item_id, _) in enumerate(rows):
-        final_id = {8: "dup", 9: "dup#2", 10: "dup#3"}.get(i, item_id)
+        final_id = {8: "dup", 9: dup2, 10: dup3}.get(i, item_id)
         r = records[final_id]
         assert (r["speaker"], r["reference"]) == (i, f"ref {i}")  # nothing of the row is lost
     expected_errors = {
@@ -188,11 +189,11 @@ def test_bad_rows_in_parquet_keep_their_columns_and_resume(tiny_en_dir: Path, tm
         "missing-path": "gone.flac' does not exist; check the path",
         "dir-path": "is a directory, not a file",
         "fifo-path": "is not a regular file (a pipe, socket or device)",
-        "dup#2": "cannot be decoded",
+        dup2: "cannot be decoded",
     }
     for item_id, text in expected_errors.items():
         assert text in records[item_id]["error"] and records[item_id]["error"].startswith(item_id), records[item_id]
-    for item_id in ("ok", "dup", "dup#3"):
+    for item_id in ("ok", "dup", dup3):
         assert "Dashwood" in records[item_id]["text"]
 
     again = runner.invoke(app, args, env=WIDE)  # resumes: every id done, nothing redone

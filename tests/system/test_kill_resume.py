@@ -1,4 +1,4 @@
-"""Exactly-once under SIGKILL: `batchscribe run` killed at random moments, resumed, compared.
+"""Exactly-once under SIGKILL and SIGTERM: `batchscribe run` stopped at random moments, resumed, compared.
 
 Each seed runs one output directory through a chain of killed runs (the whole process group is
 SIGKILLed, as the OOM killer or a lost machine would) and a final run that completes. The kill
@@ -9,152 +9,95 @@ resume allows. The reference is an uninterrupted run of the same command with th
 A run that completes before its kill moment (a fast machine) ends its chain, which is checked like
 a final run, and a new chain starts in a fresh directory: every seed delivers its five kills.
 
+SIGTERM (what timeout, Docker, Slurm and Kubernetes send) and SIGINT stop a run as Ctrl-C does:
+exit 143 / 130, what is done committed, summary.json "interrupted", no traceback from the run or
+its decoder processes. Two writers (two --shard-index values of one input) write into one folder
+at once, each stopped and resumed at random moments.
+
 Checked after every kill: every committed shard parses completely and no id is committed twice.
 Checked at the end: exactly one record per input id, texts identical to the reference, no temp
-file left, the manifest lists exactly the shards on disk, and summary.json counts every item.
+file left, the manifests list exactly the shards on disk, and the summaries count every item.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 
-# Real test-other utterances whose first 2.5 s tiny.en decodes greedily (no temperature
-# fallback). Sampled fallback windows are keyed per item and window, so they too resume
-# identically (tests/engine/test_scheduler.py checks that); these clips keep the kill test fast.
-CLIP_IDS = (
-    "533-1066-0002", "533-1066-0008", "1688-142285-0004", "1998-15444-0000", "1998-15444-0006",
-    "2033-164914-0002", "2609-156975-0000", "2609-156975-0006", "3005-163389-0002",
-    "3005-163389-0008", "3080-5032-0004", "3331-159605-0000",
-)
-CLIP_SECONDS = 2.5
-CORRUPT_ID = "corrupt-flac"  # an error record must be exactly-once too
+from tests.system.runs import RUN_TIMEOUT_S, command, committed, kill_group, outcome, shards
+
 SEEDS = (0, 1, 2, 3)
 KILLS_PER_SEED = 5  # 20 kills in all
-RUN_TIMEOUT_S = 240
 RATE_16K = 16000
+_command = command
 
 
-@pytest.fixture(scope="module")
-def clips(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small Parquet (HF convention) of short FLAC clips cut from real LibriSpeech rows."""
-    src = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
-    rows = {r["id"]: r for r in pq.read_table(src, columns=["id", "audio"]).to_pylist()}
-    out: list[dict[str, Any]] = []
-    for clip_id in CLIP_IDS:
-        audio, rate = sf.read(io.BytesIO(rows[clip_id]["audio"]["bytes"]), dtype="float32")
-        buf = io.BytesIO()
-        sf.write(buf, audio[: int(CLIP_SECONDS * rate)], rate, format="FLAC")
-        out.append({"id": clip_id, "audio": {"bytes": buf.getvalue(), "path": f"{clip_id}.flac"}})
-    # Placed mid-input so it is committed between ok records.
-    out.insert(5, {"id": CORRUPT_ID, "audio": {"bytes": b"fLaC" + bytes(200), "path": "bad.flac"}})
-    path = tmp_path_factory.mktemp("kill") / "clips.parquet"
-    pq.write_table(pa.Table.from_pylist(out), path)
-    return path
+def _kill_at_random_moment(cmd: list[str], out: Path, rng: random.Random, sig: int = signal.SIGKILL,
+                           group: bool = True, prefix: str = "records") -> tuple[bool, int, str]:  # fmt: skip
+    """Start `cmd`, wait for 0-2 new shards of `prefix` plus 0-1 s, send `sig` (to the process
+    group, or the run's process only). (stopped by it, exit code, stderr); not stopped: it
+    finished first."""
+    def mine() -> list[Path]:
+        return [p for p in shards(out) if p.name.startswith(prefix + "-")] if out.exists() else []
 
-
-def _command(clips: Path, out: Path, cache: Path, fmt: str, shard_size: int, workers: int) -> list[str]:
-    return [sys.executable, "-m", "batchscribe", "run", str(clips), "-o", str(out), "--model", "tiny.en",
-            "--cache-dir", str(cache), "--device", "cpu", "--batch-size", "4", "--format", fmt,
-            "--shard-size", str(shard_size), "--workers", str(workers), "--no-progress", "--no-report"]
-
-
-def _shards(out: Path) -> list[Path]:
-    return sorted(p for p in out.glob("records-*") if p.suffix in (".jsonl", ".parquet"))
-
-
-def _read_committed(path: Path) -> list[dict[str, Any]]:
-    """A committed shard read strictly: a torn line or footer fails the test."""
-    if path.suffix == ".parquet":
-        return pq.read_table(path).to_pylist()
-    data = path.read_bytes()
-    assert data.endswith(b"\n"), f"{path.name} does not end with a newline: torn write"
-    return [json.loads(line) for line in data.decode("utf-8").splitlines()]
-
-
-def _committed(out: Path) -> list[dict[str, Any]]:
-    if not out.exists():
-        return []
-    records = [r for p in _shards(out) for r in _read_committed(p)]
-    counts = Counter(r["id"] for r in records)
-    assert not [i for i, n in counts.items() if n > 1], f"ids committed twice: {counts.most_common(3)}"
-    return records
-
-
-def _outcome(record: dict[str, Any]) -> str:
-    return record["text"] if record.get("error") is None else f"ERROR {record['error']}"
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    # The whole group: the run and its decoder processes die together, as on a lost machine.
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _kill_at_random_moment(cmd: list[str], out: Path, rng: random.Random) -> bool:
-    """Start `cmd`, wait for 0-2 new shards plus 0-1 s, SIGKILL it. False if it finished first."""
-    before = len(_shards(out)) if out.exists() else 0
+    before = len(mine())
     wait_shards = rng.choice((0, 1, 1, 2))
     delay = rng.uniform(0.0, 1.0)
-    log = out.parent / f"{out.name}.stderr"
+    log = out.parent / f"{out.name}.{prefix}.stderr"
     with open(log, "wb") as err:  # a file, not a pipe: a full pipe could stall the run
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     try:
         deadline = time.monotonic() + RUN_TIMEOUT_S
         while proc.poll() is None and time.monotonic() < deadline:
-            if out.exists() and len(_shards(out)) >= before + wait_shards:
+            if len(mine()) >= before + wait_shards:
                 break
             time.sleep(0.02)
         time.sleep(delay)
         finished = proc.poll() is not None
+        if sig == signal.SIGKILL:
+            kill_group(proc)
+        else:
+            try:
+                os.killpg(proc.pid, sig) if group else proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=RUN_TIMEOUT_S)  # a graceful stop: commit, summary, exit
     finally:
-        _kill_group(proc)
+        if proc.poll() is None:
+            kill_group(proc)
+    stderr = log.read_text(errors="replace")
     if finished:
-        assert proc.returncode == 0, log.read_text(errors="replace")
-    return not finished
+        assert proc.returncode == 0, stderr
+    return not finished, proc.returncode, stderr
 
 
-def _check_complete(out: Path, reference: dict[str, str]) -> None:
-    records = _committed(out)
+def _check_complete(out: Path, reference: dict[str, str], prefixes: tuple[str, ...] = ("records",)) -> None:
+    records = committed(out)
     assert sorted(r["id"] for r in records) == sorted(reference)  # exactly once
-    assert {r["id"]: _outcome(r) for r in records} == reference
+    assert {r["id"]: outcome(r) for r in records} == reference
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]
-    manifest = [json.loads(line) for line in (out / "_manifest.ndjson").read_text().splitlines()]
-    assert sorted(e["shard"] for e in manifest) == [p.name for p in _shards(out)]
-    assert sorted(i for e in manifest for i in e["ids"]) == sorted(reference)
-    summary = json.loads((out / "summary.json").read_text())
-    assert (summary["status"], summary["items"], summary["errors"]) == ("complete", len(reference), 1)
-
-
-@pytest.fixture(scope="module")
-def reference(clips: Path, tiny_en_dir: Path, model_cache: Path,
-              tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    out = tmp_path_factory.mktemp("ref") / "out"
-    proc = subprocess.run(_command(clips, out, model_cache, "jsonl", 4, 0), capture_output=True, text=True,
-                          timeout=RUN_TIMEOUT_S)
-    assert proc.returncode == 0, proc.stderr
-    records = _committed(out)
-    assert sorted(r["id"] for r in records) == sorted((*CLIP_IDS, CORRUPT_ID))
-    greedy = [r["id"] for r in records for s in r.get("segments") or [] if s["temperature"] != 0.0]
-    assert not greedy, f"temperature fallback on {greedy}: their text would depend on batching"
-    return {r["id"]: _outcome(r) for r in records}
+    listed, ids, items, errors = [], [], 0, 0
+    for prefix in prefixes:
+        manifest = "_manifest.ndjson" if prefix == "records" else f"_manifest-{prefix}.ndjson"
+        entries = [json.loads(line) for line in (out / manifest).read_text().splitlines()]
+        listed += [e["shard"] for e in entries]
+        ids += [i for e in entries for i in e["ids"]]
+        summary = json.loads((out / ("summary.json" if prefix == "records" else f"summary-{prefix}.json")).read_text())
+        assert summary["status"] == "complete"
+        items, errors = items + summary["items"], errors + summary["errors"]
+    assert sorted(listed) == [p.name for p in shards(out)]
+    assert sorted(ids) == sorted(reference)
+    assert (items, errors) == (len(reference), 1)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -171,12 +114,12 @@ def test_sigkill_at_random_moments_then_resume_is_exactly_once(
         segments += 1
         assert segments <= 3 * KILLS_PER_SEED, "runs keep finishing before their kill moment"
         cmd = _command(clips, out, model_cache, fmt, rng.choice((1, 2)), rng.choice((0, 0, 1)))
-        killed = _kill_at_random_moment(cmd, out, rng)
-        done = _committed(out)  # after every kill: whole shards only, no id twice
+        killed, _, _ = _kill_at_random_moment(cmd, out, rng)
+        done = committed(out)  # after every kill: whole shards only, no id twice
         progress.append(len(done) if killed else "done")
         assert {r["id"] for r in done} <= set(reference)
         for r in done:
-            assert _outcome(r) == reference[r["id"]], r["id"]
+            assert outcome(r) == reference[r["id"]], r["id"]
         if killed:
             kills += 1
         else:  # a fast machine finished the input first: check this chain, start another
@@ -216,7 +159,88 @@ def test_kill_during_model_conversion_then_rerun(tiny_en_dir: Path, tmp_path: Pa
     proc = subprocess.run([sys.executable, "-m", "batchscribe", *args], capture_output=True, text=True,
                           timeout=RUN_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr
-    assert [r["id"] for r in _committed(out)] == ["silence"]
+    assert [r["id"] for r in committed(out)] == ["silence"]
     assert not list((cache / "converted").glob(".tiny.en.tmp-*"))  # the killed run's temp is reclaimed
     converted = cache / "converted" / "tiny.en"
     assert (converted / "model.safetensors").stat().st_size == (tiny_en_dir / "model.safetensors").stat().st_size
+
+
+def _untouched_or_complete(out: Path, before: int, after: int) -> bool:
+    """A run stopped by a signal's default action: it had not begun (nothing new, no summary) or
+    had already finished (its summary says so)."""
+    summary = out / "summary.json"
+    if not summary.exists():
+        return after == before
+    return json.loads(summary.read_text())["status"] == "complete"
+
+
+# SIGTERM to the run alone (timeout, docker stop) or its group (Slurm), and Ctrl-C to the group.
+STOPS = ((signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True))
+
+
+def test_sigterm_and_sigint_commit_then_resume_is_exactly_once(
+    clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
+) -> None:
+    rng = random.Random(7)
+    out = tmp_path / "out"
+    stopped = 0
+    for k, (sig, group) in enumerate(STOPS):
+        cmd = command(clips, out, model_cache, "jsonl", rng.choice((1, 2)), 1)  # a decoder process too
+        (out / "summary.json").unlink(missing_ok=True)  # so one found below is this run's
+        before = len(committed(out))
+        interrupted, code, stderr = _kill_at_random_moment(cmd, out, rng, sig, group)
+        done = committed(out)
+        assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
+        if not interrupted:
+            continue
+        if code == -sig:  # the signal came outside run(): while Python started up, or once it had finished
+            assert _untouched_or_complete(out, before, len(done)), stderr
+            continue
+        stopped += 1
+        assert code == (143 if sig == signal.SIGTERM else 130), stderr
+        assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+        assert "rerun the same command to resume" in stderr
+        if (out / "summary.json").exists():  # absent when stopped before the model had loaded
+            summary = json.loads((out / "summary.json").read_text())
+            assert summary["status"] == "interrupted" and summary["items"] == len(done)
+    assert stopped >= 2, "runs kept finishing before their signal"
+    final = subprocess.run(command(clips, out, model_cache, "jsonl", 2, 0), capture_output=True, text=True,
+                           timeout=RUN_TIMEOUT_S)
+    assert final.returncode == 0, final.stderr
+    _check_complete(out, reference)
+
+
+def test_two_writers_in_one_folder_stopped_and_resumed(
+    clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
+) -> None:
+    """Shard indices 0 and 1 of one input write into one folder at the same time; each is stopped
+    (SIGKILL or SIGTERM) at its own random moments and rerun. Together: every id exactly once."""
+    out = tmp_path / "out"
+    prefixes = ("records-part00000of00002", "records-part00001of00002")
+    rngs = [random.Random(11), random.Random(12)]
+    for sig in (signal.SIGKILL, signal.SIGTERM):
+        results: list[tuple[bool, int, str]] = []
+
+        def one(index: int) -> None:
+            cmd = command(clips, out, model_cache, "jsonl", 1, 0, "--num-shards", "2", "--shard-index", str(index))
+            results.append(_kill_at_random_moment(cmd, out, rngs[index], sig, True, prefixes[index]))
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for interrupted, code, stderr in results:
+            assert "is writing into" not in stderr  # two shard indices never refuse each other
+            if interrupted and sig == signal.SIGTERM:
+                assert code in (143, -signal.SIGTERM), stderr  # -15: before run() began or after it ended
+                assert "Traceback" not in stderr, stderr
+        done = committed(out)
+        assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
+    finals = [subprocess.Popen(command(clips, out, model_cache, "jsonl", 2, 0, "--num-shards", "2",
+                                       "--shard-index", str(i)), stderr=subprocess.PIPE, text=True)
+              for i in range(2)]  # fmt: skip
+    for proc in finals:
+        _, err = proc.communicate(timeout=RUN_TIMEOUT_S)
+        assert proc.returncode == 0, err
+    _check_complete(out, reference, prefixes)

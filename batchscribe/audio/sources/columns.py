@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +50,14 @@ def resolve_columns(
 
 
 def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str | None]:
-    """An audio cell (`{bytes, path}` struct, path string or raw bytes) -> (bytes, path)."""
+    """An audio cell (`{bytes, path}` struct, decoded `{array, sampling_rate}`, path string or raw
+    bytes) -> (bytes, path)."""
     if isinstance(value, dict):
         data, where = value.get("bytes"), value.get("path")
         if data:
             return (data if isinstance(data, memoryview) else bytes(data)), where
+        if value.get("array") is not None:
+            return _samples_as_wav(value["array"], value.get("sampling_rate")), where
         return None, _resolve_path(where, base_dir) if where else None
     if isinstance(value, memoryview):
         return value, None
@@ -64,13 +68,30 @@ def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str |
     return None, None  # null or empty cell: the pool reports it as an item error
 
 
+def _samples_as_wav(array: Any, rate: Any) -> bytes | None:
+    """Decoded audio as `datasets` stores it -> a float WAV, which the decoder chain then reads,
+    checks and resamples to 16 kHz like any other file. None (an error record) without a rate."""
+    import numpy as np
+    import soundfile as sf
+
+    if not isinstance(rate, (int, float)) or rate <= 0:
+        return None
+    samples = np.asarray(array, dtype=np.float32)
+    if samples.ndim == 2 and samples.shape[0] < samples.shape[1]:
+        samples = samples.T  # datasets' [channels, samples] -> soundfile's [frames, channels]
+    buf = io.BytesIO()
+    sf.write(buf, samples, int(rate), format="WAV", subtype="FLOAT")
+    return buf.getvalue()
+
+
 def _resolve_path(where: str, base_dir: Path | None) -> str:
     if "://" in where or base_dir is None or Path(where).is_absolute():
         return where
     return str(base_dir / where)
 
 
-def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Path | None) -> SourceItem:
+def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Path | None,
+              origin: str | None = None) -> SourceItem:
     data, where = _audio_value(row[cols.audio], base_dir)
     raw_id = row[cols.id] if cols.id is not None else None
     raw_text = row[cols.text] if cols.text is not None else None
@@ -80,4 +101,5 @@ def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Pat
         path=where,
         text=str(raw_text) if raw_text is not None else None,
         extra={name: row[name] for name in cols.passthrough},
+        origin=origin or derived_id,
     )

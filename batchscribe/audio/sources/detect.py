@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 import re
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -27,9 +28,12 @@ def iter_source(inputs: Sequence[str], opts: SourceOptions) -> Iterator[SourceIt
     path relative to the folder without its audio extension for audio folders (`a/b.flac` ->
     `a/b`), and the path as written in the manifest without its audio extension for manifests.
 
-    Duplicate ids: the first occurrence keeps its id; the k-th occurrence (k >= 2) becomes
-    `<id>#k` (k increased further if that is taken too). The rule is applied over all items
-    before sharding, so every shard agrees with an unsharded run.
+    Duplicate ids: in an audio folder, files of one folder sharing a stem (`a.flac`, `a.wav`)
+    keep their extension in the id. Otherwise the first occurrence keeps its id and a later one
+    becomes `<id>#<origin>`: its own path with the extension, or `<file>:<row>` for Parquet rows
+    (`#k` added only if that is taken too, e.g. by a real id). The name depends on the item, not on
+    how many duplicates came before. The rule is applied over all items before sharding, so every
+    shard agrees with an unsharded run. Folders in `opts.exclude` (the run's output) are skipped.
 
     Sharding: an item belongs to shard `blake2b(id) % num_shards` (its final id, 8-byte digest),
     so the shards are disjoint, their union is the whole input, and the split does not depend on
@@ -58,7 +62,7 @@ def _plan(inp: str, opts: SourceOptions) -> Callable[[], Iterator[SourceItem]]:
     """Decide what `inp` is and return a reader for it (nothing is read yet)."""
     path = Path(inp).expanduser()
     if not path.exists() and any(ch in inp for ch in "*?["):
-        matches = sorted(glob.glob(str(path), recursive=True))
+        matches = [m for m in sorted(glob.glob(str(path), recursive=True)) if not excluded(Path(m), opts.exclude)]
         if not matches:
             raise SourceError(f"glob {inp!r} matches no files; check the pattern and quote it")
         plans = [_plan(m, opts) for m in matches]
@@ -95,7 +99,8 @@ def _plan_file(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceI
 def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceItem]]:
     if any((path / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
         return lambda: read_dataset_disk(path, opts)
-    parquet = sorted(path.rglob("*.parquet"), key=lambda p: p.relative_to(path).as_posix())
+    parquet = sorted((p for p in path.rglob("*.parquet") if not excluded(p, opts.exclude)),
+                     key=lambda p: p.relative_to(path).as_posix())
     if (path / "README.md").is_file() and (parquet or (path / "data").is_dir()):
         return lambda: read_dataset_hub(str(path), opts, base_dir=path)
     if parquet:
@@ -104,14 +109,22 @@ def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceIt
         manifest = path / name
         if manifest.is_file():
             return _plan_file(manifest, opts)
-    if next(walk_audio(path), None) is None:
+    if next(walk_audio(path, opts.exclude), None) is None:
         n_files = sum(1 for p in path.rglob("*") if p.is_file())
         raise SourceError(
             f"{path}: no Parquet files, dataset or audio files found ({n_files} other files); "
             f"audio extensions read are {', '.join(sorted(AUDIO_EXTENSIONS))}"
         )
     _no_passthrough(path, opts)
-    return lambda: read_audio_folder(path)
+    return lambda: read_audio_folder(path, opts.exclude)
+
+
+def excluded(path: Path, exclude: tuple[str, ...]) -> bool:
+    """Whether `path` lies in a folder that is never input (the run's own output)."""
+    if not exclude:
+        return False
+    real = os.path.realpath(path)
+    return any(real == e or real.startswith(e.rstrip(os.sep) + os.sep) for e in exclude)
 
 
 def _no_passthrough(where: Path, opts: SourceOptions) -> None:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -89,7 +91,7 @@ def read_manifest(
         value = row[audio_col]
         written = value.get("path") if isinstance(value, dict) else value
         derived = _strip_audio_ext(str(written)) if written else f"{path.stem}:{line_no}"
-        yield make_item(row, cols, derived, base_dir)
+        yield make_item(row, cols, derived, base_dir, str(written) if written else f"{path.name}:{line_no}")
 
 
 def _strip_audio_ext(name: str) -> str:
@@ -97,20 +99,30 @@ def _strip_audio_ext(name: str) -> str:
     return stem if dot and f".{ext.lower()}" in AUDIO_EXTENSIONS else name
 
 
-def walk_audio(folder: Path) -> Iterator[Path]:
-    """Audio files below `folder`, depth first, each folder's entries sorted by name.
+def walk_audio(folder: Path, exclude: tuple[str, ...] = ()) -> Iterator[Path]:
+    """Audio files below `folder`, depth first, each folder's entries sorted by name."""
+    return (path for path, _ in _walk(folder, frozenset(exclude)))
+
+
+def _walk(folder: Path, exclude: frozenset[str]) -> Iterator[tuple[Path, bool]]:
+    """(audio file, whether another audio file in its folder has the same stem), depth first.
 
     A walk rather than one sorted listing, so a folder of millions of files costs memory for
-    one directory's names at a time. Symlinked folders are not followed (no cycles).
+    one directory's names at a time. Symlinked folders and `exclude`d ones are not entered.
     """
     with os.scandir(folder) as scan:
         entries = sorted(scan, key=lambda e: e.name)
+    audio = [e for e in entries if not e.is_dir(follow_symlinks=False)
+             and Path(e.name).suffix.lower() in AUDIO_EXTENSIONS and (e.is_file() or e.is_symlink())]  # fmt: skip
+    names = {e.name for e in audio}
+    stems = Counter(Path(name).stem for name in names)
     for entry in entries:
         if entry.is_dir(follow_symlinks=False):
-            yield from walk_audio(Path(entry.path))
-        elif Path(entry.name).suffix.lower() in AUDIO_EXTENSIONS and (entry.is_file() or entry.is_symlink()):
+            if os.path.realpath(entry.path) not in exclude:
+                yield from _walk(Path(entry.path), exclude)
+        elif entry.name in names:
             # A dangling link is yielded too: it becomes an error record naming it, not a gap.
-            yield Path(entry.path)
+            yield Path(entry.path), stems[Path(entry.name).stem] > 1
 
 
 def audio_file_item(path: Path, item_id: str) -> SourceItem:
@@ -120,6 +132,10 @@ def audio_file_item(path: Path, item_id: str) -> SourceItem:
     return SourceItem(id=item_id, audio_bytes=None, path=str(path), text=text, extra={})
 
 
-def read_audio_folder(folder: Path) -> Iterator[SourceItem]:
-    for path in walk_audio(folder):
-        yield audio_file_item(path, path.relative_to(folder).with_suffix("").as_posix())
+def read_audio_folder(folder: Path, exclude: tuple[str, ...] = ()) -> Iterator[SourceItem]:
+    """Ids: the path relative to `folder` without its extension; with it where files in one folder
+    share a stem (`a.flac`, `a.wav`), so neither id depends on which is listed first."""
+    for path, shared_stem in _walk(folder, frozenset(exclude)):
+        relative = path.relative_to(folder).as_posix()
+        item = audio_file_item(path, relative if shared_stem else path.relative_to(folder).with_suffix("").as_posix())
+        yield dataclasses.replace(item, origin=relative)

@@ -68,4 +68,4 @@ def _read_dataset_rows(
     for row_index, row in enumerate(dataset):
         if cols is None:  # a streamed dataset whose features are unknown: check the first row
             cols = resolve_columns(list(row), opts, where)
-        yield make_item(row, cols, f"{split}:{row_index}", base_dir)
+        yield make_item(row, cols, f"{split}:{row_index}", base_dir, f"{split}:{row_index}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterable, Iterator
 
@@ -14,23 +15,28 @@ def shard_of(item_id: str, num_shards: int) -> int:
     return int.from_bytes(digest, "big") % num_shards
 
 
+def _renamed(item: SourceItem, seen: set[str]) -> str:
+    """A duplicate's id from where it came from, not from how many came before it; `#k` only when
+    even that is taken (a real id spelled like it, or one origin listed twice)."""
+    base = f"{item.id}#{item.origin or item.id}"
+    name, k = base, 2
+    while name in seen:
+        name, k = f"{base}#{k}", k + 1
+    return name
+
+
 def select(items: Iterable[SourceItem], opts: SourceOptions) -> Iterator[SourceItem]:
-    """The items with duplicate ids renamed (`<id>#k`), then those of shard `opts.shard_index`,
-    at most `opts.limit` of them (see `iter_source`)."""
+    """The items with duplicate ids renamed (`<id>#<origin>`), then those of shard
+    `opts.shard_index`, at most `opts.limit` of them (see `iter_source`)."""
     seen: set[str] = set()
-    next_suffix: dict[str, int] = {}  # duplicated id -> the k to try next (no O(k^2) rescans)
     taken = 0
     if opts.limit == 0:
         return
     for item in items:
         item_id = item.id
         if item_id in seen:
-            k = next_suffix.get(item.id, 2)
-            while f"{item.id}#{k}" in seen:
-                k += 1
-            next_suffix[item.id] = k + 1
-            item_id = f"{item.id}#{k}"
-            item = SourceItem(item_id, item.audio_bytes, item.path, item.text, item.extra)
+            item_id = _renamed(item, seen)
+            item = dataclasses.replace(item, id=item_id)
         seen.add(item_id)
         if opts.num_shards > 1 and shard_of(item_id, opts.num_shards) != opts.shard_index:
             continue

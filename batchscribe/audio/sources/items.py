@@ -30,9 +30,13 @@ class SourceOptions:
     # this process (GPU runs), where each copy holds the GIL. Copies cost decode processes less
     # memory (views keep whole Arrow batches alive until the pool copies them anyway).
     audio_views: bool = False
+    # Folders never read as input (resolved absolute paths): the run's own output folder, so records
+    # written inside a folder input are not read back as audio or Parquet input.
+    exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passthrough", tuple(self.passthrough))
+        object.__setattr__(self, "exclude", tuple(self.exclude))
         if self.num_shards < 1:
             raise ConfigError(f"num_shards={self.num_shards} must be >= 1")
         if not 0 <= self.shard_index < self.num_shards:
@@ -61,8 +65,12 @@ class SourceItem:
     path: str | None
     text: str | None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Where the item came from, as stable as the input: an audio file's path relative to its folder
+    # with the extension, a manifest's path as written, `<parquet file>:<row>`. It names a
+    # duplicate id (`<id>#<origin>`), so the name does not depend on what else is listed.
+    origin: str | None = field(default=None, compare=False)
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A memoryview cannot be pickled (to a decode process, or by Ray): send its bytes.
         data = bytes(self.audio_bytes) if isinstance(self.audio_bytes, memoryview) else self.audio_bytes
-        return SourceItem, (self.id, data, self.path, self.text, self.extra)
+        return SourceItem, (self.id, data, self.path, self.text, self.extra, self.origin)

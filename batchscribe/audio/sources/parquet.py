@@ -49,7 +49,7 @@ def read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
             del batch
             for i in range(n_rows):
                 cells = {name: values[i] for name, values in columns.items()}
-                yield make_item(cells, cols, f"{path.stem}:{row}", path.parent)
+                yield make_item(cells, cols, f"{path.stem}:{row}", path.parent, f"{path.name}:{row}")
                 row += 1
         # NOTE: Arrow's allocator (mimalloc) keeps freed pages, and over many files that retention
         # grows peak RSS; handing them back keeps it flat. Once per row group, not per batch: each

@@ -71,3 +71,34 @@ def test_audiofolder_metadata_and_single_file(tmp_path: Path, reference: list[di
     assert [payload(i) for i in items] == [r["audio"]["bytes"] for r in reference[:3]]
     single = list(iter_source([str(tmp_path / f"{reference[0]['id']}.flac")], SourceOptions()))
     assert [(i.id, payload(i)) for i in single] == [(reference[0]["id"], reference[0]["audio"]["bytes"])]
+
+
+def _folder_ids(folder: Path) -> dict[str, str]:
+    return {i.id: Path(i.path or "").name for i in iter_source([str(folder)], SourceOptions())}
+
+
+def test_folder_ids_for_shared_stems_do_not_depend_on_listing_order(tmp_path: Path) -> None:
+    """`a.wav` and `a.flac` in one folder keep their extensions; a file added later (sorting first)
+    gets its own id and shifts none (the numbered "#k" rule transcribed one file twice)."""
+    for name in ("a.wav", "a.flac", "b.wav", "sub/a.wav"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"RIFF")
+    before = _folder_ids(tmp_path)
+    assert before == {"a.flac": "a.flac", "a.wav": "a.wav", "b": "b.wav", "sub/a": "a.wav"}
+    (tmp_path / "a.aac").write_bytes(b"x")  # sorts before both
+    (tmp_path / "0.wav").write_bytes(b"x")
+    after = _folder_ids(tmp_path)
+    assert {k: after[k] for k in before} == before  # every earlier id names the same file
+    assert after["a.aac"] == "a.aac" and after["0"] == "0.wav" and len(after) == 6
+
+
+def test_output_folder_inside_a_folder_input_is_not_read(tmp_path: Path) -> None:
+    (tmp_path / "x.wav").write_bytes(b"RIFF")
+    out = tmp_path / "out"
+    (out / "eval").mkdir(parents=True)
+    (out / "y.wav").write_bytes(b"RIFF")  # what a run's output holds is never input
+    (out / "records-00000.parquet").write_bytes(b"PAR1")
+    opts = SourceOptions(exclude=(str(out.resolve()),))
+    assert [i.id for i in iter_source([str(tmp_path)], opts)] == ["x"]
+    with pytest.raises(SourceError, match="records-00000.parquet"):  # without it: read as input
+        list(iter_source([str(tmp_path)], SourceOptions()))

@@ -51,3 +51,21 @@ def test_unknown_hub_id_says_what_was_tried(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(SourceError, match=r"could not load 'someone/no-such-dataset' as a Hugging Face "
                                           r"dataset .*it is not a local path either.*--config and --split"):
         next(plan)
+
+
+def test_save_to_disk_with_decoded_audio_samples(tmp_path: Path) -> None:
+    """A dataset whose audio column holds decoded samples ({array, sampling_rate, path}) is read
+    as audio (resampled to 16 kHz), not as a path that does not exist."""
+    import datasets
+    import numpy as np
+
+    from batchscribe.audio.worker import decode_one
+
+    samples = np.linspace(-0.5, 0.5, 16000, dtype=np.float32)
+    ds = datasets.Dataset.from_dict({"id": ["x"], "audio": [{"array": samples.tolist(), "sampling_rate": 16000,
+                                                              "path": "missing.flac"}]})  # fmt: skip
+    ds.save_to_disk(str(tmp_path / "disk"))
+    (item,) = iter_source([str(tmp_path / "disk")], SourceOptions())
+    audio, error = decode_one(item, None)
+    assert error is None and audio is not None
+    np.testing.assert_allclose(audio, samples, atol=1e-7)  # 16 kHz in: the same samples back

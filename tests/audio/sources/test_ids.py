@@ -23,15 +23,25 @@ def test_sharding_disjoint_and_complete(parquet_path: Path) -> None:
     assert limited == shards[1][:5]  # limit counts items of the shard
 
 
-def test_duplicate_ids_get_numbered_suffix(tmp_path: Path) -> None:
-    rows = [("a", "1.wav"), ("b", "2.wav"), ("a", "3.wav"), ("a", "4.wav"), ("a#2", "5.wav")]
-    manifest = tmp_path / "dups.jsonl"
+def _ids(manifest: Path, rows: list[tuple[str, str]]) -> list[tuple[str, str]]:
     manifest.write_text("".join(json.dumps({"id": i, "path": p}) + "\n" for i, p in rows))
-    whole = list(iter_source([str(manifest)], SourceOptions()))
-    # k-th occurrence -> "<id>#k"; a genuine id that is already taken gets the rule too.
-    assert [(i.id, Path(i.path or "").name) for i in whole] == [
-        ("a", "1.wav"), ("b", "2.wav"), ("a#2", "3.wav"), ("a#3", "4.wav"), ("a#2#2", "5.wav"),
+    return [(i.id, Path(i.path or "").name) for i in iter_source([str(manifest)], SourceOptions())]
+
+
+def test_duplicate_ids_are_named_by_their_own_path(tmp_path: Path) -> None:
+    rows = [("a", "1.wav"), ("b", "2.wav"), ("a", "3.wav"), ("a", "4.wav"), ("a#2", "5.wav"),
+            ("a#3.wav", "6.wav")]  # fmt: skip
+    manifest = tmp_path / "dups.jsonl"
+    # A later duplicate -> "<id>#<its path as written>"; a real id spelled like one keeps its own
+    # id when free, and a real id that is already taken gets the rule too: no two items share one.
+    assert _ids(manifest, rows) == [
+        ("a", "1.wav"), ("b", "2.wav"), ("a#3.wav", "3.wav"), ("a#4.wav", "4.wav"), ("a#2", "5.wav"),
+        ("a#3.wav#6.wav", "6.wav"),
     ]
+    # Not numbered: a duplicate added between them shifts no other item's id (with "#k" it did).
+    shifted = _ids(manifest, [rows[0], ("a", "0.wav"), *rows[1:4]])
+    assert shifted == [("a", "1.wav"), ("a#0.wav", "0.wav"), ("b", "2.wav"), ("a#3.wav", "3.wav"), ("a#4.wav", "4.wav")]
+    whole = list(iter_source([str(manifest)], SourceOptions()))
     # The rule runs before sharding, so shards agree with the whole run.
     shards = [list(iter_source([str(manifest)], SourceOptions(num_shards=2, shard_index=k))) for k in range(2)]
     assert sorted((i.id, i.path) for s in shards for i in s) == sorted((i.id, i.path) for i in whole)

@@ -1,0 +1,132 @@
+"""What pins a folder's records (`run_config.json`), and whether a run may add to them.
+
+Each writer writes its own run config (`run_config.json`, or `run_config-<prefix>.json` for one
+`--shard-index`), so writers sharing a folder never write one file. A run is compared with every
+run config in the folder whose writer has committed records; records without any run config are
+refused (nothing says how they were made). A refusal names only the keys that differ, with both
+values, and the fix. A key this version added (the inputs' fingerprint, the weights' sha256, the
+id scheme) is not compared with a folder that lacks it, so older folders still resume; everything
+else must match, including a key recorded on one side only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from batchscribe.output.resume import ResumeConflictError, has_records
+from batchscribe.output.writers import write_json_atomic
+
+RUN_CONFIG_NAME = "run_config.json"
+# Keys of the run config that must match for a run to continue a folder. Device, batch size,
+# workers and limit may change between runs: they do not change what a record says.
+IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "inputs_fingerprint", "source_options",
+                 "num_shards", "id_scheme")  # fmt: skip
+# How duplicate ids are named (audio/sources/ids.py). Earlier versions numbered them (`x#2`) and did
+# not record this key.
+ID_SCHEME = "origin"
+# Recorded since issue 18: folders written before lack them and still resume.
+ADDED_KEYS = frozenset({"engine.weights_sha256"})
+ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
+_CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
+
+
+def run_config_name(prefix: str) -> str:
+    return RUN_CONFIG_NAME if prefix == "records" else f"run_config-{prefix}.json"
+
+
+def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str, ...] = ()) -> None:
+    """Refuse to continue a folder whose records were made with other settings (`ignore`: keys
+    this run may change, e.g. the inputs' fingerprint under --retry-errors)."""
+    for name, previous in _previous_configs(directory):
+        pairs = [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS
+                 if key in previous and key not in ignore]  # fmt: skip
+        _refuse_differences(directory, name, pairs)
+
+
+def check_id_scheme(directory: Path, completed: set[str]) -> None:
+    """Refuse a folder from a version that numbered duplicate ids when it holds such ids: resuming
+    would transcribe those items again under their new names."""
+    numbered = sorted(i for i in completed if "#" in i)
+    if not numbered:
+        return
+    for name, previous in _previous_configs(directory):
+        if "id_scheme" not in previous:
+            raise ResumeConflictError(
+                f"{directory} was written by an earlier batchscribe ({name}) that numbered duplicate ids "
+                f"(e.g. {numbered[0]!r}); this version names a duplicate by its own path or row, so a resume "
+                "would transcribe those items again under new ids. Pass --overwrite to start again, or "
+                "choose another --output"
+            )
+
+
+def check_engine_identity(directory: Path, identity: Any) -> None:
+    """The same for the engine's resolved identity, checked once the model is loaded."""
+    for name, previous in _previous_configs(directory):
+        if ENGINE_KEY in previous:
+            _refuse_differences(directory, name, [(ENGINE_KEY, previous[ENGINE_KEY], identity)])
+
+
+def _previous_configs(directory: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, run config) of every writer in `directory` that has committed records."""
+    directory = Path(directory)
+    if not has_records(directory):
+        return []
+    found: list[tuple[str, dict[str, Any]]] = []
+    for path in sorted(directory.iterdir()):
+        m = _CONFIG_FILE.match(path.name)
+        # run_config.json pins the whole folder: earlier versions wrote one for every writer.
+        if m is None or (m.group("prefix") and not has_records(directory, m.group("prefix"))):
+            continue
+        try:
+            found.append((path.name, json.loads(path.read_text(encoding="utf-8"))))
+        except ValueError as exc:
+            raise ResumeConflictError(
+                f"{path} is not valid JSON ({exc}); pass --overwrite to start this directory afresh, "
+                "or choose another --output"
+            ) from exc
+    if not found:
+        raise ResumeConflictError(
+            f"{directory} holds records but no run_config.json, so nothing says which model, inputs and "
+            "options made them; resuming could mix records. Pass --overwrite to delete them and start "
+            "again, or choose another --output"
+        )
+    return found
+
+
+def differences(key: str, before: Any, now: Any) -> list[str]:
+    """`key.sub: before X, now Y` for each leaf that differs. A key in one only differs (a setting
+    recorded only when it is not the default, e.g. an fp8 encoder), except a key this version
+    added (`ADDED_KEYS`) that an older folder lacks."""
+    if isinstance(before, dict) and isinstance(now, dict):
+        keys = sorted(set(before) | set(now))
+        return [d for k in keys if k in before or f"{key}.{k}" not in ADDED_KEYS
+                for d in differences(f"{key}.{k}", before.get(k), now.get(k))]  # fmt: skip
+    if _canon(before) == _canon(now):
+        return []
+    return [f"  {key}: before {_show(before)}, now {_show(now)}"]
+
+
+def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, Any]]) -> None:
+    diffs = [d for key, before, now in pairs for d in differences(key, before, now)]
+    if diffs:
+        raise ResumeConflictError(
+            f"{directory} already holds records made with other settings ({name}):\n" + "\n".join(diffs)
+            + "\nResuming would mix them. Rerun with the earlier settings (the 'before' values) to resume, "
+            "choose another --output, or pass --overwrite to delete the old records and start again."
+        )
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+def write_run_config(directory: Path, config: dict[str, Any], prefix: str = "records") -> None:
+    write_json_atomic(Path(directory) / run_config_name(prefix), config)

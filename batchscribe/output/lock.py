@@ -1,0 +1,125 @@
+"""One owner per writer: the locks a run holds on its output folder for its whole life.
+
+A writer is one `--shard-index` of a run (the whole run when it is not split). It holds two
+`fcntl.flock` locks, taken before anything in the folder is read or changed:
+
+- `.batchscribe-<prefix>.lock`, exclusive: one process at a time writes a prefix's shards,
+  manifest, summary and run_config. A second run for the same prefix is refused at once.
+- `.batchscribe.lock`, shared by every writer of the folder; `--overwrite` takes it exclusively
+  for the moment it deletes records, so it never deletes another live writer's files.
+
+flock locks belong to the open file: the OS drops them when the process dies however it dies
+(SIGKILL, OOM), so a stale lock file never blocks a rerun. The lock files hold the owner's pid,
+host and start time only to name it in the refusal; they are never removed (removing a lock file
+another process is about to lock would let two owners in).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from batchscribe.output.resume import OutputDirError
+
+FOLDER_LOCK = ".batchscribe.lock"
+
+
+class OutputInUseError(OutputDirError):
+    """Another live run owns this output folder (or this shard index of it)."""
+
+
+def writer_lock_name(prefix: str) -> str:
+    return f".batchscribe-{prefix}.lock"
+
+
+@dataclass
+class OutputLock:
+    """The two locks of one writer; `release()` (or process exit) frees them."""
+
+    directory: Path
+    prefix: str
+    _fds: list[int] = field(default_factory=list)
+
+    def exclusive_folder(self) -> None:
+        """For --overwrite: the folder lock exclusively (no other writer alive), until `share_folder`."""
+        _relock(self._fds[0], fcntl.LOCK_EX, self.directory, "another batchscribe run is writing into "
+                f"{self.directory} (another --shard-index, or the same run); --overwrite would delete its records. "
+                "Wait for it to finish, or use another --output")  # fmt: skip
+
+    def share_folder(self) -> None:
+        fcntl.flock(self._fds[0], fcntl.LOCK_SH)
+
+    def release(self) -> None:
+        for fd in reversed(self._fds):
+            os.close(fd)  # closing the descriptor releases its flock
+        self._fds.clear()
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_output(directory: Path, prefix: str) -> OutputLock:
+    """Create `directory` if needed and take the writer's locks, or raise OutputInUseError naming
+    the owner and the fix. Nothing else in the folder is read or written."""
+    directory = Path(directory)
+    lock = OutputLock(directory, prefix)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        lock._fds.append(os.open(directory / FOLDER_LOCK, os.O_RDWR | os.O_CREAT, 0o644))
+        _relock(lock._fds[0], fcntl.LOCK_SH, directory, f"a batchscribe run is deleting the records in "
+                f"{directory} (--overwrite); wait for it, or use another --output")  # fmt: skip
+        path = directory / writer_lock_name(prefix)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        lock._fds.append(fd)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputInUseError(_in_use_message(directory, prefix, _owner(path))) from None
+        _write_owner(fd)
+    except OutputInUseError:
+        lock.release()
+        raise
+    except OSError as exc:
+        lock.release()
+        raise OutputDirError(
+            f"output directory {directory} is not writable ({exc.strerror or exc}); "
+            "choose another --output or fix its permissions / free space"
+        ) from exc
+    return lock
+
+
+def _relock(fd: int, mode: int, directory: Path, message: str) -> None:
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise OutputInUseError(message) from None
+
+
+def _in_use_message(directory: Path, prefix: str, owner: str) -> str:
+    part = "" if prefix == "records" else f" (shard {prefix.removeprefix('records-')})"
+    return (f"another batchscribe run{owner} is writing into {directory}{part}; nothing was changed. "
+            "Wait for it to finish (rerun then to resume), or choose another --output"
+            + ("" if prefix == "records" else " or another --shard-index"))
+
+
+def _owner(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+        return f" (pid {info['pid']} on {info['host']}, started {info['started']})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""  # the owner has not written its name yet
+
+
+def _write_owner(fd: int) -> None:
+    info = {"pid": os.getpid(), "host": socket.gethostname(),
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(info).encode(), 0)

@@ -1,0 +1,99 @@
+"""The run config check: a refusal names only the keys that differ, with both values and the fix;
+records without a run config are refused; a key an older version did not write is not compared;
+writers of one folder each write their own run config and are compared with every other."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from batchscribe.output.identity import check_engine_identity, check_run_config, write_run_config
+from batchscribe.output.resume import ResumeConflictError, output_prefix
+from tests.output.test_resume import commit, rec
+
+BASE: dict[str, Any] = {
+    "model": "tiny.en", "format": "jsonl", "inputs": ["/data/a.parquet"], "inputs_fingerprint": "f1",
+    "decode_options": {"language": None, "temperatures": [0.0, 0.2], "seed": 0}, "source_options": {},
+    "num_shards": 1, "engine": {"dtype": "float32", "attention": "sdpa/sdpa/float32", "weights_sha256": "aa"},
+}  # fmt: skip
+
+
+def test_a_refusal_names_only_the_differing_keys(tmp_path: Path) -> None:
+    write_run_config(tmp_path, BASE)
+    commit(tmp_path, [rec(0)])
+    changed = {**BASE, "decode_options": {**BASE["decode_options"], "temperatures": [0.0]}, "inputs_fingerprint": "f2"}
+    with pytest.raises(ResumeConflictError) as err:
+        check_run_config(tmp_path, changed)
+    lines = str(err.value).splitlines()
+    assert lines[1:3] == ["  decode_options.temperatures: before [0.0, 0.2], now [0.0]",
+                          '  inputs_fingerprint: before "f1", now "f2"']
+    assert "seed" not in str(err.value) and "language" not in str(err.value)  # not a dump of both
+    assert "another --output" in lines[-1] and "--overwrite" in lines[-1]
+    check_run_config(tmp_path, changed | {"decode_options": BASE["decode_options"]}, ignore=("inputs_fingerprint",))
+    with pytest.raises(ResumeConflictError, match=r'engine.weights_sha256: before "aa", now "bb"'):
+        check_engine_identity(tmp_path, {**BASE["engine"], "weights_sha256": "bb"})
+
+
+def test_records_without_a_run_config_are_refused(tmp_path: Path) -> None:
+    commit(tmp_path, [rec(0)])
+    with pytest.raises(ResumeConflictError, match="holds records but no run_config.json.*--overwrite.*another --output"):
+        check_run_config(tmp_path, BASE)
+    (tmp_path / "run_config.json").write_text("{not json")
+    with pytest.raises(ResumeConflictError, match="run_config.json is not valid JSON"):
+        check_run_config(tmp_path, BASE)
+
+
+def test_a_folder_from_an_earlier_version_still_resumes(tmp_path: Path) -> None:
+    old = {k: v for k, v in BASE.items() if k not in ("inputs_fingerprint", "engine")}
+    write_run_config(tmp_path, {**old, "engine": {"dtype": "float32", "attention": "sdpa/sdpa/float32"}})
+    commit(tmp_path, [rec(0)])
+    check_run_config(tmp_path, BASE)  # no fingerprint then: not compared
+    check_engine_identity(tmp_path, BASE["engine"])  # no weights hash then: not compared
+    with pytest.raises(ResumeConflictError, match='engine.dtype: before "float32", now "float16"'):
+        check_engine_identity(tmp_path, {**BASE["engine"], "dtype": "float16"})
+
+
+def test_each_writer_is_compared_with_every_other(tmp_path: Path) -> None:
+    prefixes = [output_prefix(2, k) for k in range(2)]
+    write_run_config(tmp_path, {**BASE, "num_shards": 2}, prefixes[0])
+    assert (tmp_path / f"run_config-{prefixes[0]}.json").is_file()
+    check_run_config(tmp_path, {**BASE, "num_shards": 2, "model": "base"})  # its writer has no records yet
+    commit_prefix(tmp_path, prefixes[0])
+    with pytest.raises(ResumeConflictError, match=f"(?s)run_config-{prefixes[0]}.json.*model: before"):
+        check_run_config(tmp_path, {**BASE, "num_shards": 2, "model": "base"})
+
+
+def commit_prefix(directory: Path, prefix: str) -> None:
+    from batchscribe.output.resume import open_output
+    from batchscribe.output.writers import ShardWriter
+
+    state = open_output(directory, "jsonl", prefix)
+    w = ShardWriter(directory, "jsonl", prefix, on_commit=state.on_commit)
+    w.add(rec(9))
+    w.flush()
+    assert json.loads((directory / f"_manifest-{prefix}.ndjson").read_text())["ids"] == ["u9"]
+
+
+def test_numbered_duplicate_ids_of_an_earlier_version_are_refused(tmp_path: Path) -> None:
+    from batchscribe.output.identity import check_id_scheme
+
+    write_run_config(tmp_path, {k: v for k, v in BASE.items() if k != "inputs_fingerprint"})  # no id_scheme
+    commit(tmp_path, [rec(0)])
+    check_id_scheme(tmp_path, {"u0"})  # no duplicate ids there: it resumes
+    with pytest.raises(ResumeConflictError, match="numbered duplicate ids \\(e.g. 'x#2'\\).*--overwrite"):
+        check_id_scheme(tmp_path, {"u0", "x#2"})
+    write_run_config(tmp_path, {**BASE, "id_scheme": "origin"})
+    check_id_scheme(tmp_path, {"u0", "x#x.flac"})
+
+
+def test_a_setting_recorded_only_when_not_the_default_is_compared(tmp_path: Path) -> None:
+    """E.g. an fp8 encoder appears in the identity only when chosen: its appearing is a change."""
+    write_run_config(tmp_path, BASE)
+    commit(tmp_path, [rec(0)])
+    with pytest.raises(ResumeConflictError, match='engine.encoder_precision: before null, now "fp8"'):
+        check_engine_identity(tmp_path, {**BASE["engine"], "encoder_precision": "fp8"})
+    with pytest.raises(ResumeConflictError, match='decode_options.prompt: before null, now "hi"'):
+        check_run_config(tmp_path, {**BASE, "decode_options": {**BASE["decode_options"], "prompt": "hi"}})
