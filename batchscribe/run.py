@@ -26,7 +26,7 @@ import numpy as np
 from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
-from batchscribe.audio.sources.fingerprint import canonical_input, inputs_fingerprint
+from batchscribe.audio.sources.fingerprint import canonical_input, fingerprint_of, inputs_listing
 from batchscribe.output.identity import (
     ID_SCHEME,
     check_engine_identity,
@@ -131,15 +131,16 @@ def default_transcriber(opts: RunOptions) -> TranscriberLike:
     return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
 
 
-def run_config(inputs: Sequence[str], opts: RunOptions, exclude: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What pins a directory's records; see identity.IDENTITY_KEYS for the keys that must match."""
+def run_config(inputs: Sequence[str], opts: RunOptions, listing: dict[str, str]) -> dict[str, Any]:
+    """What pins a directory's records; see identity.IDENTITY_KEYS for the keys that must match.
+    listing: fingerprint.inputs_listing of the inputs."""
     src = opts.source
     return {
         "model": opts.model,
         "decode_options": dataclasses.asdict(opts.decode),
         "format": opts.format,
         "inputs": [canonical_input(i) for i in inputs],
-        "inputs_fingerprint": inputs_fingerprint(inputs, exclude),
+        "inputs_fingerprint": fingerprint_of(inputs, listing),
         "id_scheme": ID_SCHEME,
         "source_options": {"audio_column": src.audio_column, "id_column": src.id_column,
                            "text_column": src.text_column, "passthrough": list(src.passthrough),
@@ -186,9 +187,10 @@ def run(
     plan = _DecodePlan.for_run(opts)
     # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
     source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
-    config = run_config(inputs, opts, source.exclude)
+    listing = inputs_listing(inputs, source.exclude)
+    config = run_config(inputs, opts, listing)
     with lock_output(output_dir, prefix) as lock, _sigterm_as_interrupt():
-        state = _checked_state(output_dir, prefix, config, opts, lock)
+        state = _checked_state(output_dir, prefix, config, opts, lock, listing)
         items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
         load_start = time.monotonic()
         transcriber = (transcriber_factory or default_transcriber)(opts)
@@ -199,7 +201,7 @@ def run(
         # Every check has passed: from here on the folder is changed.
         retried = _prepare(state, opts, lock)
         write_run_config(output_dir, {**config, "engine": described.get("identity"),
-                                      "model_info": described.get("model")}, prefix)  # fmt: skip
+                                      "model_info": described.get("model")}, prefix, listing)  # fmt: skip
         writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
                              opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
         sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
@@ -218,14 +220,14 @@ def run(
 
 
 def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
-                   lock: OutputLock) -> OutputState:  # fmt: skip
+                   lock: OutputLock, listing: dict[str, str]) -> OutputState:  # fmt: skip
     """What the writer's folder holds, checked against this run; reads only."""
     if opts.overwrite:
         lock.exclusive_folder()  # refused now, not after the model loads, if another writer is live
         return OutputState(output_dir, prefix, opts.format)
     state = inspect_output(output_dir, opts.format, prefix)
     # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
-    check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else ())
+    check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else (), listing=listing)
     check_id_scheme(output_dir, state.completed)
     return state
 

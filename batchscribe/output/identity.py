@@ -7,6 +7,10 @@ refused (nothing says how they were made). A refusal names only the keys that di
 values, and the fix. A key this version added (the inputs' fingerprint, the weights' sha256, the
 id scheme) is not compared with a folder that lacks it, so older folders still resume; everything
 else must match, including a key recorded on one side only.
+
+The inputs may grow: beside each run config the writer keeps its inputs' listing
+(`run_inputs.json`), and when the fingerprint differs only by files added since, the run goes on
+(the new files' items are new ids). A file changed or removed is refused by name.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from batchscribe.audio.sources.fingerprint import listing_changes
 from batchscribe.output.resume import ResumeConflictError, has_records
 from batchscribe.output.writers import write_json_atomic
 
@@ -37,13 +42,47 @@ def run_config_name(prefix: str) -> str:
     return RUN_CONFIG_NAME if prefix == "records" else f"run_config-{prefix}.json"
 
 
-def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str, ...] = ()) -> None:
+def _listing_name(config_name: str) -> str:
+    return config_name.replace("run_config", "run_inputs", 1)
+
+
+def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str, ...] = (),
+                     listing: dict[str, str] | None = None) -> None:  # fmt: skip
     """Refuse to continue a folder whose records were made with other settings (`ignore`: keys
-    this run may change, e.g. the inputs' fingerprint under --retry-errors)."""
+    this run may change, e.g. the inputs' fingerprint under --retry-errors). `listing`: this run's
+    inputs listing, against which a changed fingerprint is explained (files only added: go on)."""
     for name, previous in _previous_configs(directory):
+        skip = set(ignore)
+        fingerprint = previous.get("inputs_fingerprint")
+        if "inputs_fingerprint" not in skip and fingerprint is not None and fingerprint != config.get("inputs_fingerprint"):
+            if _inputs_only_grew(directory, name, listing):
+                skip.add("inputs_fingerprint")
         pairs = [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS
-                 if key in previous and key not in ignore]  # fmt: skip
+                 if key in previous and key not in skip]  # fmt: skip
         _refuse_differences(directory, name, pairs)
+
+
+def _inputs_only_grew(directory: Path, name: str, listing: dict[str, str] | None) -> bool:
+    """Whether the inputs differ from the recorded listing by added files only; refuses, naming
+    them, when files were changed or removed. False when there is nothing to compare with."""
+    path = Path(directory) / _listing_name(name)
+    if listing is None or not path.is_file():
+        return False
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return False  # a damaged listing explains nothing: the fingerprints are compared as they are
+    _, changed, removed = listing_changes(before, listing)
+    if changed or removed:
+        lines = [f"  {kind}: {', '.join(paths[:5])}" + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+                 for kind, paths in (("changed", changed), ("removed", removed)) if paths]  # fmt: skip
+        raise ResumeConflictError(
+            f"{directory} holds records of inputs that have changed since ({_listing_name(name)}):\n"
+            + "\n".join(lines) + "\nTheir records no longer say what the inputs hold: choose another "
+            "--output, or pass --overwrite to start again. If you repaired inputs whose items failed, "
+            "rerun with --retry-errors. (Files only added since are fine: their items are transcribed.)"
+        )
+    return True
 
 
 def check_id_scheme(directory: Path, completed: set[str]) -> None:
@@ -128,5 +167,10 @@ def _show(value: Any) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-def write_run_config(directory: Path, config: dict[str, Any], prefix: str = "records") -> None:
+def write_run_config(directory: Path, config: dict[str, Any], prefix: str = "records",
+                     listing: dict[str, str] | None = None) -> None:  # fmt: skip
+    """The run config, and beside it the inputs' listing (written first: a config never points at
+    an older listing)."""
+    if listing is not None:
+        write_json_atomic(Path(directory) / _listing_name(run_config_name(prefix)), listing)
     write_json_atomic(Path(directory) / run_config_name(prefix), config)

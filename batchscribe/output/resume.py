@@ -134,7 +134,7 @@ def shard_pattern(prefix: str) -> re.Pattern[str]:
 
 RECORD_FILES = re.compile(r"^records(-part\d+of\d+)?-\d{5,}\.(jsonl|parquet)$")
 _OUR_FILES = re.compile(r"^(records(-part\d+of\d+)?-\d{5,}\.(jsonl|parquet)|_manifest(-.*)?\.ndjson"
-                        r"|run_config(-.*)?\.json|summary(-.*)?\.json|\..*\.tmp)$")
+                        r"|run_config(-.*)?\.json|run_inputs(-.*)?\.json|summary(-.*)?\.json|\..*\.tmp)$")
 
 
 def our_files(directory: Path) -> list[Path]:

@@ -97,3 +97,38 @@ def test_a_setting_recorded_only_when_not_the_default_is_compared(tmp_path: Path
         check_engine_identity(tmp_path, {**BASE["engine"], "encoder_precision": "fp8"})
     with pytest.raises(ResumeConflictError, match='decode_options.prompt: before null, now "hi"'):
         check_run_config(tmp_path, {**BASE, "decode_options": {**BASE["decode_options"], "prompt": "hi"}})
+
+
+def test_inputs_may_grow_but_not_change(tmp_path: Path) -> None:
+    """A folder input that gained files since goes on (the new files' items are new ids); a file
+    changed or removed since is refused by name. Real files, fingerprinted as run() does."""
+    from batchscribe.audio.sources.fingerprint import fingerprint_of, inputs_listing
+
+    data, out = tmp_path / "in", tmp_path / "out"
+    data.mkdir()
+    for name in ("a.flac", "b.flac"):
+        (data / name).write_bytes(b"x" * 10)
+
+    def config() -> tuple[dict[str, Any], dict[str, str]]:
+        listing = inputs_listing([str(data)])
+        return {**BASE, "inputs": [str(data)], "inputs_fingerprint": fingerprint_of([str(data)], listing)}, listing
+
+    first, listing = config()
+    out.mkdir()
+    write_run_config(out, first, listing=listing)
+    commit(out, [rec(0)])
+    assert json.loads((out / "run_inputs.json").read_text()) == listing and len(listing) == 2
+    (data / "c.flac").write_bytes(b"y" * 5)
+    grown, grown_listing = config()
+    assert grown["inputs_fingerprint"] != first["inputs_fingerprint"]
+    check_run_config(out, grown, listing=grown_listing)  # only added: goes on
+    with pytest.raises(ResumeConflictError, match="inputs_fingerprint"):
+        check_run_config(out, grown)  # without a listing to explain it, a new fingerprint is refused
+    (data / "a.flac").write_bytes(b"x" * 11)
+    (data / "b.flac").unlink()
+    changed, changed_listing = config()
+    with pytest.raises(ResumeConflictError) as err:
+        check_run_config(out, changed, listing=changed_listing)
+    text = str(err.value)
+    assert f"changed: {data / 'a.flac'}" in text and f"removed: {data / 'b.flac'}" in text
+    assert "c.flac" not in text and "--overwrite" in text and "another\n--output" not in text

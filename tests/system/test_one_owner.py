@@ -199,8 +199,9 @@ def test_a_truncated_shard_is_moved_aside_and_redone(clips: Path, model_cache: P
 
 
 def test_duplicate_stems_keep_their_ids_when_a_file_is_added(model_cache: Path, tmp_path: Path) -> None:
-    """`a.flac` and `a.wav` in one folder; `a.aiff` added later sorts before both. Each earlier
-    file keeps its id and its transcript; the new one gets its own (numbered suffixes shifted)."""
+    """`a.flac` and `a.wav` in one folder; `a.aiff` added later sorts before both. A rerun into the
+    same folder goes on (the inputs only grew): each earlier file keeps its id and its record, the
+    new one is transcribed under its own, and nothing is transcribed twice."""
     clips = sorted(DEMO.glob("*.flac"))
     folder = tmp_path / "in"
     folder.mkdir()
@@ -210,9 +211,12 @@ def test_duplicate_stems_keep_their_ids_when_a_file_is_added(model_cache: Path, 
     assert _run(command(folder, tmp_path / "out1", model_cache)).returncode == 0
     audio, rate = sf.read(clips[2])
     sf.write(folder / "a.aiff", audio[: 2 * rate], rate)
-    assert _run(command(folder, tmp_path / "out2", model_cache)).returncode == 0
     before = {r["id"]: r["text"] for r in committed(tmp_path / "out1")}
-    after = {r["id"]: r["text"] for r in committed(tmp_path / "out2")}
+    again = _run(command(folder, tmp_path / "out1", model_cache))
+    assert again.returncode == 0, again.stderr
+    records = committed(tmp_path / "out1")
+    after = {r["id"]: r["text"] for r in records}
     assert sorted(before) == ["a.flac", "a.wav"] and sorted(after) == ["a.aiff", "a.flac", "a.wav"]
+    assert len(records) == 3  # one record per id
     assert {k: after[k] for k in before} == before  # the same file under the same id
     assert len(set(after.values())) == 3  # three different clips: none transcribed twice

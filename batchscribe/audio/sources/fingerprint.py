@@ -6,6 +6,10 @@ another directory is a different input. The fingerprint is a sha256 over every f
 lists: its path, size, and for Parquet its footer (schema, row counts, statistics: the content's
 summary, unchanged by a copy), for other files their mtime. A folder's files are walked as `run`
 reads them, without the excluded output folder. A hub dataset id is only its name.
+
+The listing (each file's path and a digest of its description) is kept beside a run's records, so
+that a rerun can tell files added since (their items are simply new) from files changed or removed
+(whose records no longer say what the input holds).
 """
 
 from __future__ import annotations
@@ -31,13 +35,31 @@ def canonical_input(inp: str) -> str:
     return inp
 
 
-def inputs_fingerprint(inputs: Sequence[str], exclude: tuple[str, ...] = ()) -> str:
+def inputs_listing(inputs: Sequence[str], exclude: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every file the inputs list -> a digest of what it is (size and mtime, or Parquet footer)."""
+    return {os.path.abspath(path): hashlib.sha256(_describe(path)).hexdigest()[:32]
+            for inp in inputs for path in _listed(inp, exclude)}  # fmt: skip
+
+
+def fingerprint_of(inputs: Sequence[str], listing: dict[str, str]) -> str:
     digest = hashlib.sha256()
     for inp in inputs:
         digest.update(f"input\0{canonical_input(inp)}\n".encode())
-        for path in _listed(inp, exclude):
-            digest.update(_describe(path))
+    for path in sorted(listing):
+        digest.update(f"{path}\0{listing[path]}\n".encode())
     return digest.hexdigest()
+
+
+def inputs_fingerprint(inputs: Sequence[str], exclude: tuple[str, ...] = ()) -> str:
+    return fingerprint_of(inputs, inputs_listing(inputs, exclude))
+
+
+def listing_changes(before: dict[str, str], now: dict[str, str]) -> tuple[list[str], list[str], list[str]]:
+    """(added, changed, removed) file paths between two listings, sorted."""
+    added = sorted(p for p in now if p not in before)
+    changed = sorted(p for p in now if p in before and before[p] != now[p])
+    removed = sorted(p for p in before if p not in now)
+    return added, changed, removed
 
 
 def _listed(inp: str, exclude: tuple[str, ...]) -> Iterator[Path]:
