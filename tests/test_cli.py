@@ -193,3 +193,42 @@ def test_unavailable_attention_kernel_is_a_usage_error(tmp_path: Path) -> None:
                                  "--attention", "flashinfer", "--no-progress"], env={"COLUMNS": "300"})  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "needs FlashInfer on a CUDA device" in result.output and "batchscribe[gpu]" in result.output
+
+
+def _timed_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    import os
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "400", **(env or {})})  # fmt: skip
+    return time.perf_counter() - start, proc
+
+
+@pytest.mark.parametrize("model", ["./modles/tiny.en", "models/tiny.en", "~/no-such-model-folder"])
+def test_mistyped_model_path_fails_fast_naming_it(tmp_path: Path, model: str) -> None:
+    """No hub, no retries: the path is named with the folder that lacks it, and the fix."""
+    (tmp_path / "models").mkdir()
+    seconds, proc = _timed_cli(["run", "--demo", "-o", "out", "--model", model, "--no-progress"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert seconds < 5.0, seconds
+    assert f"model path {model!r} does not exist" in proc.stderr and "pass an alias" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Name or service" not in proc.stderr
+
+
+def test_unreachable_hub_id_fails_fast_naming_the_model_and_fix(tmp_path: Path) -> None:
+    import socket
+
+    silent = socket.socket()  # accepts and never answers: a black-holed hub
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    try:
+        seconds, proc = _timed_cli(["run", "--demo", "-o", "out", "--model", "someone/whisper-x", "--no-progress"],
+                                   tmp_path, env)  # fmt: skip
+    finally:
+        silent.close()
+    assert proc.returncode == 2, proc.stderr
+    assert seconds < 8.0, seconds  # start-up plus one 3 s try
+    assert "'someone/whisper-x'" in proc.stderr and "unreachable" in proc.stderr
+    assert "hf download someone/whisper-x" in proc.stderr
