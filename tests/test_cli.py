@@ -294,3 +294,21 @@ def test_models_listing_at_80_columns_copies_whole(monkeypatch: pytest.MonkeyPat
     for alias in aliases.ALIASES.values():
         assert alias.hub_id in result.output and all(p.distribution in result.output for p in alias.packages)
     assert aliases.ALIASES["tiny.en"].pip_install not in result.output  # installed: no hint
+
+
+def test_audiofolder_reference_column_is_detected_and_named(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """metadata.csv with `transcription` (FLEURS' name): records carry it as the reference, and
+    stderr says which column it was, once."""
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
+    lines = ["file_name,transcription"]
+    for r in rows:
+        (folder / r["path"]).write_bytes((demo_manifest().parent / r["path"]).read_bytes())
+        lines.append(f"{r['path']},{r['text']}")
+    (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["run", str(folder), "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress",
+                                 "--no-report"], env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.count("note: reference text: column 'transcription'") == 1
+    assert {r["id"]: r["reference"] for r in read_all(tmp_path / "o")} == {r["id"]: r["text"] for r in rows}
