@@ -23,7 +23,8 @@ def iter_source(inputs: Sequence[str], opts: SourceOptions) -> Iterator[SourceIt
     """Stream the items of `inputs` (in order) that belong to shard `opts.shard_index`.
 
     Ids: the id column's value (as str); without one, a derived id that is stable across runs:
-    `<file stem>:<row>` for Parquet (row within the file), `<split>:<row>` for datasets, the
+    `<file stem>:<row>` for Parquet (row within the file), for datasets the audio path's file name
+    without its extension (`<split>:<row>` when a row has no path or an earlier row took the name), the
     path relative to the folder without its audio extension for audio folders (`a/b.flac` ->
     `a/b`), and the path as written in the manifest without its audio extension for manifests.
 
