@@ -312,3 +312,35 @@ def test_audiofolder_reference_column_is_detected_and_named(tmp_path: Path, fake
     assert result.exit_code == 0, result.output
     assert result.output.count("note: reference text: column 'transcription'") == 1
     assert {r["id"]: r["reference"] for r in read_all(tmp_path / "o")} == {r["id"]: r["text"] for r in rows}
+
+
+def test_language_auto_is_detect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list = []
+    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: seen.append(opts) or FakeTranscriber())
+    args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
+    assert runner.invoke(app, [*args, "--language", "auto"]).exit_code == 0
+    assert seen[0].decode.language is None
+    # The same settings as no --language: the rerun resumes instead of being refused.
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+
+
+@needs_api
+def test_language_the_model_cannot_do_exits_2_with_the_fix(tmp_path: Path, tiny_en_dir: Path) -> None:
+    """tiny.en is English-only: `--language de` is a usage error with the ways out, not a traceback;
+    `--language auto` transcribes (the real model)."""
+    base = ["run", "--demo", "--model", str(tiny_en_dir), "--device", "cpu", "--workers", "0", "--no-progress",
+            "--no-report"]  # fmt: skip
+    result = runner.invoke(app, [*base, "-o", str(tmp_path / "de"), "--language", "de"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "language 'de' (german) cannot be decoded by an English-only model" in result.output
+    assert "'auto'" in result.output and "multilingual model" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    auto = runner.invoke(app, [*base, "-o", str(tmp_path / "auto"), "--language", "auto"])
+    assert auto.exit_code == 0, auto.output
+    records = read_all(tmp_path / "auto")
+    from tests.engine.helpers import openai_wer
+
+    refs = {r["id"]: r["text"] for r in map(json.loads, demo_manifest().read_text().splitlines())}
+    assert sorted(r["id"] for r in records) == sorted(refs) and all(r["language"] == "english" for r in records)
+    assert all(openai_wer(refs[r["id"]], r["text"]) < 0.25 for r in records)
