@@ -19,7 +19,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    MofNCompleteColumn,
     Progress,
     SpinnerColumn,
     TextColumn,
@@ -31,7 +30,8 @@ from rich.table import Table
 from batchscribe.audio.sources import SourceError, SourceOptions
 from batchscribe.attention.names import kernel_help
 from batchscribe.cli_text import (
-    DEFAULT_TEMPERATURES, EVAL_EXAMPLES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns,
+    DEFAULT_TEMPERATURES, EVAL_EXAMPLES, RUN_EXAMPLES, audio_length, demo_manifest, parse_temperatures,
+    split_columns,
 )
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
@@ -113,8 +113,8 @@ class _Bar:
             SpinnerColumn(),
             TextColumn("[bold]transcribing"),
             BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[hours]:.2f} h audio"),
+            TextColumn("{task.fields[count]}"),  # "5/?" said nothing while the total was unknown
+            TextColumn("{task.fields[audio]} audio"),
             TextColumn("RTFx {task.fields[rtfx]:.1f}"),
             TextColumn("[red]{task.fields[errors]} errors"),
             TimeElapsedColumn(),
@@ -123,15 +123,17 @@ class _Bar:
             console=console,
             transient=False,
         )
-        self.task = self.progress.add_task("run", total=None, hours=0.0, rtfx=0.0, errors=0)
+        self.task = self.progress.add_task("run", total=None, count="0 items", audio=audio_length(0), rtfx=0.0,
+                                           errors=0)  # fmt: skip
         self.started = False
 
     def __call__(self, p: RunProgress) -> None:
         if not self.started:  # started by the first record, so model-loading errors print cleanly
             self.progress.start()
             self.started = True
-        self.progress.update(self.task, completed=p.done, total=p.total, hours=p.audio_seconds / 3600,
-                             rtfx=p.rtfx, errors=p.errors)
+        count = f"{p.done} items" if p.total is None else f"{p.done}/{p.total}"
+        self.progress.update(self.task, completed=p.done, total=p.total, count=count,
+                             audio=audio_length(p.audio_seconds), rtfx=p.rtfx, errors=p.errors)
 
 
 def _print_summary(result: RunResult) -> None:
@@ -142,7 +144,7 @@ def _print_summary(result: RunResult) -> None:
         ("output", str(result.output_dir)),
         ("records", f"{s['items']} ({s['ok']} ok, {s['errors']} errors) in {s['shards']} shard(s)"),
         ("this run", f"{this['items']} new, {this['skipped_completed']} already done"),
-        ("audio", f"{s['audio_hours']:.3f} h"),
+        ("audio", audio_length(s["audio_hours"] * 3600)),
         ("wall time", f"{s['wall_seconds']:.1f} s"),
         ("RTFx", f"{s['rtfx']:.1f}" if s["rtfx"] is not None else "-"),
     ]

@@ -82,3 +82,13 @@ def parse_temperatures(spec: str) -> tuple[float, ...]:
     except ValueError:
         raise ConfigError(f"--temperature {spec!r} is not a comma-separated list of numbers; e.g. 0 or 0,0.2,0.4") from None
     return values
+
+
+def audio_length(seconds: float) -> str:
+    """Seconds of audio in the unit that reads at its size: "18.4 s", "12.8 min", "2.90 h"
+    ("0.01 h" told a demo user nothing)."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"

@@ -344,3 +344,28 @@ def test_language_the_model_cannot_do_exits_2_with_the_fix(tmp_path: Path, tiny_
     refs = {r["id"]: r["text"] for r in map(json.loads, demo_manifest().read_text().splitlines())}
     assert sorted(r["id"] for r in records) == sorted(refs) and all(r["language"] == "english" for r in records)
     assert all(openai_wer(refs[r["id"]], r["text"]) < 0.25 for r in records)
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0.0 s"), (18.44, "18.4 s"), (59.9, "59.9 s"), (60, "1.0 min"),
+                                           (768, "12.8 min"), (3600, "1.00 h"), (10440, "2.90 h")])
+def test_audio_lengths_read_at_their_size(seconds: float, text: str) -> None:
+    from batchscribe.cli_text import audio_length
+
+    assert audio_length(seconds) == text
+
+
+def test_progress_line_counts_items_and_audio_in_readable_units(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from batchscribe.cli import _Bar
+    from batchscribe.sink import RunProgress
+
+    with open(tmp_path / "bar.txt", "w") as sink:
+        bar = _Bar(Console(file=sink, width=200))
+        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=18.4, elapsed_s=2.0, total=None))
+        assert bar.progress.tasks[0].fields["count"] == "5 items"
+        assert bar.progress.tasks[0].fields["audio"] == "18.4 s"
+        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=900.0, elapsed_s=2.0, total=9))
+        assert bar.progress.tasks[0].fields["count"] == "5/9" and bar.progress.tasks[0].fields["audio"] == "15.0 min"
+        bar.progress.stop()
+    assert "5/9" in (tmp_path / "bar.txt").read_text() and "15.0 min audio" in (tmp_path / "bar.txt").read_text()
