@@ -158,6 +158,9 @@ def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ok"] == 3 and summary["rtfx"] > 0
     assert (out / "eval").is_dir() and "WER" in proc.stderr
+    # Start-up apart from transcription: the summary.json figures, as printed.
+    assert f"of which {summary['model_load_seconds']:.1f} s start-up" in proc.stderr
+    assert f"({summary['rtfx_excluding_model_load']:.1f} after start-up)" in proc.stderr
 
 
 def test_eval_command_matches_jiwer(tmp_path: Path) -> None:
