@@ -7,6 +7,7 @@ not known" on the way, before a mistyped name fails (issue 19).
 
 from __future__ import annotations
 
+import ssl
 import threading
 import urllib.error
 import urllib.request
@@ -54,7 +55,10 @@ def _unreachable(url: str, seconds: float = PROBE_SECONDS) -> str:
         except urllib.error.HTTPError:
             outcome.append("")
         except (OSError, ValueError) as exc:  # URLError, timeouts, refused connections, bad endpoint
-            outcome.append(f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}")
+            reason = getattr(exc, "reason", exc)
+            # NOTE: a TLS failure is an answer too: huggingface_hub may trust a CA bundle
+            # (REQUESTS_CA_BUNDLE, a proxy's) that urllib does not; let it try.
+            outcome.append("" if isinstance(reason, ssl.SSLError) else f"{type(exc).__name__}: {reason}")
 
     thread = threading.Thread(target=probe, daemon=True, name="batchscribe-hub-probe")
     thread.start()
