@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
+from batchscribe.audio.sources import SourceItem, SourceOptions, count_folder_items, iter_source
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
 from batchscribe.output.resume import (
@@ -288,6 +288,8 @@ def _estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
             elif p.suffix == ".jsonl" and p.is_file():
                 with open(p, "rb") as f:
                     count += sum(1 for line in f if line.strip())
+            elif p.is_dir() and (in_folder := count_folder_items(p)) is not None:
+                count += in_folder
             else:
                 return src.limit
     if src.num_shards > 1:

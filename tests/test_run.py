@@ -261,3 +261,17 @@ def test_same_transcripts_from_every_input_kind(tmp_path: Path, tiny_en_dir: Pat
     assert sorted(texts["parquet"]) == sorted(r["id"] for r in rows)
     for kind in ("disk", "hub", "folder"):
         assert texts[kind] == texts["parquet"], kind
+
+
+def test_progress_knows_a_folders_total(tmp_path: Path) -> None:
+    """An audio folder is listed up front (cheap at this size), so the bar shows N/total, not N/?."""
+    import shutil
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for clip in sorted(DEMO.glob("*.flac")):
+        shutil.copy(clip, folder / clip.name)
+    seen: list = []
+    run([str(folder)], tmp_path / "out", RunOptions(workers=0), lambda o: FakeTranscriber(), progress=seen.append)
+    n_clips = len(list(DEMO.glob("*.flac")))
+    assert seen and {p.total for p in seen} == {n_clips} and seen[-1].done == n_clips
