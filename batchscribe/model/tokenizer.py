@@ -168,10 +168,11 @@ class Tokenizer:
         else:
             code = None if language is None else language_code(language)
             if language is not None and code != "en":
-                what = "is not a Whisper language" if code is None else f"({language_name(code)}) cannot be decoded"
+                what = ("is not a Whisper language, and this model is English-only" if code is None
+                        else f"({language_name(code)}) cannot be decoded by an English-only model")  # fmt: skip
                 raise LanguageError(
-                    f"language {language!r} {what} by an English-only model; use 'en' or 'auto' "
-                    "(--language en, or leave it out), or a multilingual model (e.g. 'base')"
+                    f"language {language!r} {what}; use 'en' or 'auto' (--language en, or leave it out), "
+                    "or a multilingual model (e.g. 'base')"
                 )
             if task != "transcribe":
                 raise LanguageError(

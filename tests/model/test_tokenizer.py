@@ -139,7 +139,7 @@ def test_sot_sequence_english_only(request: pytest.FixtureRequest, tmp_path_fact
     with pytest.raises(ConfigError, match=r"language 'de' \(german\) cannot be decoded by an English-only model; "
                                           r"use 'en' or 'auto'.*multilingual model \(e.g. 'base'\)"):
         tok.sot_sequence("de")
-    with pytest.raises(ConfigError, match="'klingon' is not a Whisper language by an English-only model"):
+    with pytest.raises(ConfigError, match="'klingon' is not a Whisper language, and this model is English-only; use 'en' or 'auto'"):
         tok.sot_sequence("klingon")
 
 
