@@ -372,3 +372,17 @@ def test_progress_line_counts_items_and_audio_in_readable_units(tmp_path: Path) 
         assert bar.progress.tasks[0].fields["count"] == "5/9" and bar.progress.tasks[0].fields["audio"] == "15.0 min"
         bar.progress.stop()
     assert "5/9" in (tmp_path / "bar.txt").read_text() and "15.0 min audio" in (tmp_path / "bar.txt").read_text()
+
+
+def test_save_to_disk_records_are_named_by_their_audio_files(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """A datasets save_to_disk folder without an id column: record ids are the audio files' names
+    (as for a folder of the same files), not train:0, train:1, ..."""
+    datasets = pytest.importorskip("datasets")
+    rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
+    paths = [str(demo_manifest().parent / r["path"]) for r in rows]
+    ds = datasets.Dataset.from_dict({"audio": paths, "text": [r["text"] for r in rows]})
+    ds.cast_column("audio", datasets.Audio()).save_to_disk(str(tmp_path / "saved"))
+    result = runner.invoke(app, ["run", str(tmp_path / "saved"), "-o", str(tmp_path / "o"), "--workers", "0",
+                                 "--no-progress", "--no-report"], env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(r["id"] for r in read_all(tmp_path / "o")) == sorted(Path(p).stem for p in paths)
