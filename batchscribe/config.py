@@ -21,6 +21,10 @@ DTypeName = Literal["float32", "float16", "bfloat16"]
 DeviceName = str  # "cpu", "cuda", "cuda:1", or "auto"
 
 
+# Language values that mean "detect it" (DecodeOptions.language None).
+AUTO_LANGUAGE = ("auto", "")
+
+
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the value, the limit and the fix."""
 
@@ -30,7 +34,7 @@ class DecodeOptions:
     """How each 30 s window is decoded; the meaning of every field follows openai/whisper."""
 
     task: Task = "transcribe"
-    language: str | None = None  # None: detect per item on multilingual models
+    language: str | None = None  # None (or "auto"): detect per item on multilingual models
     without_timestamps: bool = False
     # Temperature ladder: 0.0 is greedy; later entries are tried when a window fails the
     # compression-ratio or avg-logprob check (openai transcribe() fallback).
@@ -46,6 +50,10 @@ class DecodeOptions:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if self.language is not None and self.language.strip().lower() in AUTO_LANGUAGE:
+            # "auto" is what faster-whisper and the OpenAI API users type for "detect"; one value
+            # for it keeps `--language auto` and no flag the same settings on resume.
+            object.__setattr__(self, "language", None)
         if self.task not in ("transcribe", "translate"):
             raise ConfigError(f"task={self.task!r} is not supported; use 'transcribe' or 'translate'")
         if not self.temperatures:

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
+from batchscribe.audio.sources.fingerprint import canonical_input, fingerprint_of, inputs_listing
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
-from batchscribe.audio.sources.fingerprint import canonical_input, fingerprint_of, inputs_listing
 from batchscribe.output.identity import (
     ID_SCHEME,
     check_engine_identity,

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources import SourceItem, SourceOptions
+from batchscribe.audio.sources import SourceItem, SourceOptions, count_folder_items
 from batchscribe.audio.sources.fingerprint import canonical_input
 from batchscribe.output.resume import OutputState
 from batchscribe.output.writers import ShardWriter, hostname, package_versions
@@ -95,7 +95,8 @@ class Sink:
 
 
 def estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
-    """Item count from Parquet footers / manifest lines when every input is such a file."""
+    """Item count from Parquet footers / manifest lines / folders where counting is cheap, when
+    every input is such a file or folder."""
     count = 0
     for inp in inputs:
         paths = sorted(glob.glob(inp)) if any(c in inp for c in "*?[") else [inp]
@@ -107,6 +108,8 @@ def estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
             elif p.suffix == ".jsonl" and p.is_file():
                 with open(p, "rb") as f:
                     count += sum(1 for line in f if line.strip())
+            elif p.is_dir() and (in_folder := count_folder_items(p)) is not None:
+                count += in_folder
             else:
                 return src.limit
     if src.num_shards > 1:

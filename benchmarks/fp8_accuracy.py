@@ -49,7 +49,7 @@ def main() -> None:
             texts = {}
             for precision in ("auto", "fp8"):
                 t = Transcriber(model, device=args.device, encoder_precision=precision, language="en", temperatures=(0.0,))
-                texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items)}
+                texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
                 t.release()
             ids = sorted(refs)
             wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}

@@ -90,7 +90,7 @@ def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, con
     attention, cross_kv = config.split(":")
     transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=opts.decode,
                               attention=attention, cross_kv=cross_kv)  # fmt: skip
-    transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))])  # builds the engine and its graphs
+    transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))], sample_rate=16000)  # builds the engine and its graphs
     if arena and (decode_mode or "threads") == "threads":
         transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked), a start-up cost
     with tempfile.TemporaryDirectory() as warm:

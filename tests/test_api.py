@@ -1,10 +1,17 @@
-"""The Python API (api.Transcriber) on real tiny.en: one array, lists and pairs, records against the
-OpenAI SDK's types."""
+"""The Python API (api.Transcriber) on real tiny.en: paths, bytes, arrays with their rate, lists and
+pairs, records against the OpenAI SDK's types; the README's own snippet, run as written."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from batchscribe.audio.decode import decode_audio
@@ -21,7 +28,7 @@ def transcriber(tiny_en_dir):
 
 
 def test_jfk(transcriber, shared_data) -> None:
-    record = transcriber.transcribe(decode_audio(shared_data / "misc" / "jfk.flac"))
+    record = transcriber.transcribe(decode_audio(shared_data / "misc" / "jfk.flac"), sample_rate=16000)
     _check_record(record)
     expected = "And so my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
     assert _wer(expected, record["text"]) == 0.0
@@ -49,3 +56,78 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
         Transcriber(str(tiny_en_dir), device="cpu", engine=EngineOptions(device="cpu"))
     with pytest.raises(ConfigError, match="not a device"):
         Transcriber(str(tiny_en_dir), device="gpu0")
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _reference(shared_data: Path, item_id: str) -> str:
+    rows = [json.loads(line) for line in (shared_data / "extras.jsonl").read_text().splitlines() if line.strip()]
+    return next(r["text"] for r in rows if r["id"] == item_id)
+
+
+def test_readme_python_snippet_runs_as_written(tiny_en_dir, model_cache, shared_data, tmp_path, monkeypatch) -> None:
+    """The README's Python API block, unedited, on an ordinary file: jfk.flac is 44.1 kHz stereo."""
+    import soundfile as sf
+
+    section = README.read_text().split("## Python API", 1)[1]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shutil.copy(shared_data / "misc" / "jfk.flac", tmp_path / "clip.flac")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("BATCHSCRIBE_CACHE", str(model_cache))  # "tiny.en" is then a cache hit
+    printed = io.StringIO()
+    namespace: dict = {}
+    with contextlib.redirect_stdout(printed):
+        exec(compile(snippet, "README.md", "exec"), namespace)
+    info = sf.info(tmp_path / "clip.flac")
+    assert (info.channels, info.samplerate) == (2, 44100)  # the case the snippet must survive
+    reference = _reference(shared_data, "jfk")
+    record, records = namespace["record"], namespace["records"]
+    _check_record(record)
+    assert record["duration"] == pytest.approx(info.duration, abs=0.01)
+    assert _wer(reference, record["text"]) < 0.1
+    assert [r["id"] for r in records] == ["a", "b"]
+    for r in records:
+        assert _wer(reference, r["text"]) < 0.1 and r["duration"] == pytest.approx(info.duration, abs=0.01)
+    lines = printed.getvalue().splitlines()
+    assert lines[0] == record["text"]
+    streamed = dict(line.rsplit(" ", 1) for line in lines[1:])
+    assert {k: float(v) for k, v in streamed.items()} == pytest.approx({"a": info.duration, "b": 5.0}, abs=0.01)
+
+
+def test_paths_bytes_and_resampled_arrays_agree(transcriber, shared_data) -> None:
+    """A path, its bytes and soundfile's 44.1 kHz samples (mixed to mono, with their rate) are one audio."""
+    import soundfile as sf
+
+    path = shared_data / "misc" / "jfk.flac"
+    frames, rate = sf.read(path, dtype="float32", always_2d=True)
+    by_path, by_bytes, by_array = transcriber.transcribe(
+        [str(path), ("bytes", path.read_bytes()), ("array", frames.mean(axis=1))], sample_rate=rate)
+    assert by_path["id"] == str(path)
+    reference = _reference(shared_data, "jfk")
+    for r in (by_path, by_bytes, by_array):
+        _check_record(r)
+        assert r["duration"] == pytest.approx(frames.shape[0] / rate, abs=0.01)
+        assert _wer(reference, r["text"]) < 0.1
+    assert by_bytes["text"] == by_path["text"]
+
+
+@pytest.mark.parametrize("audio, kwargs, message", [
+    (np.zeros((485100, 2), np.float32), dict(sample_rate=44100), r"shape \(485100, 2\).*mono.*audio.mean\(axis=1\)"),
+    (np.zeros((2, 48000), np.float32), dict(sample_rate=48000), r"shape \(2, 48000\).*audio.mean\(axis=0\)"),
+    ([("x", np.zeros((16000, 2), np.float32))], dict(sample_rate=16000), r"audio for 'x' has shape \(16000, 2\)"),
+    (np.zeros(16000, np.float32), {}, r"no sample rate; pass sample_rate="),
+    (np.zeros(16000, np.int16), dict(sample_rate=16000), r"dtype int16.*astype\(np.float32\) / 32768"),
+    (np.full(16000, np.nan, np.float32), dict(sample_rate=16000), r"16000 NaN or Inf"),
+    (np.zeros(16000, np.float32), dict(sample_rate=0), r"sample_rate=0 must be a positive"),
+])
+def test_audio_that_is_not_mono_float_with_a_rate_is_refused(transcriber, audio, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        transcriber.transcribe(audio, **kwargs)
+
+
+def test_missing_path_names_it(transcriber, tmp_path) -> None:
+    from batchscribe.audio.decode import AudioDecodeError
+
+    with pytest.raises(AudioDecodeError, match="nope.flac.*does not exist"):
+        transcriber.transcribe(str(tmp_path / "nope.flac"))

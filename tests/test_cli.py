@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -157,6 +158,9 @@ def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["ok"] == 3 and summary["rtfx"] > 0
     assert (out / "eval").is_dir() and "WER" in proc.stderr
+    # Start-up apart from transcription: the summary.json figures, as printed.
+    assert f"of which {summary['model_load_seconds']:.1f} s start-up" in proc.stderr
+    assert f"({summary['rtfx_excluding_model_load']:.1f} after start-up)" in proc.stderr
 
 
 def test_eval_command_matches_jiwer(tmp_path: Path) -> None:
@@ -193,3 +197,192 @@ def test_unavailable_attention_kernel_is_a_usage_error(tmp_path: Path) -> None:
                                  "--attention", "flashinfer", "--no-progress"], env={"COLUMNS": "300"})  # fmt: skip
     assert result.exit_code == 2, result.output
     assert "needs FlashInfer on a CUDA device" in result.output and "batchscribe[gpu]" in result.output
+
+
+def _timed_cli(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    import os
+    import time
+
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "COLUMNS": "400", **(env or {})})  # fmt: skip
+    return time.perf_counter() - start, proc
+
+
+@pytest.mark.parametrize("model", ["./modles/tiny.en", "models/tiny.en", "~/no-such-model-folder"])
+def test_mistyped_model_path_fails_fast_naming_it(tmp_path: Path, model: str) -> None:
+    """No hub, no retries: the path is named with the folder that lacks it, and the fix."""
+    (tmp_path / "models").mkdir()
+    seconds, proc = _timed_cli(["run", "--demo", "-o", "out", "--model", model, "--no-progress"], tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert seconds < 5.0, seconds
+    assert f"model path {model!r} does not exist" in proc.stderr and "pass an alias" in proc.stderr
+    assert "Traceback" not in proc.stderr and "Name or service" not in proc.stderr
+
+
+def test_unreachable_hub_id_fails_fast_naming_the_model_and_fix(tmp_path: Path) -> None:
+    import socket
+
+    silent = socket.socket()  # accepts and never answers: a black-holed hub
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    env = {"HF_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}", "HF_HUB_CACHE": str(tmp_path / "hub")}
+    try:
+        seconds, proc = _timed_cli(["run", "--demo", "-o", "out", "--model", "someone/whisper-x", "--no-progress"],
+                                   tmp_path, env)  # fmt: skip
+    finally:
+        silent.close()
+    assert proc.returncode == 2, proc.stderr
+    assert seconds < 8.0, seconds  # start-up plus one 3 s try
+    assert "'someone/whisper-x'" in proc.stderr and "unreachable" in proc.stderr
+    assert "hf download someone/whisper-x" in proc.stderr
+
+
+def _help_at_80(args: list[str]) -> str:
+    result = runner.invoke(app, [*args, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("command", [[], ["run"], ["demo"], ["eval"], ["models"]])
+def test_help_is_legible_at_80_columns(command: list[str]) -> None:
+    """Every flag of the command, whole, on lines that fit; no '<bool>' metavar, nothing cut."""
+    import typer.main
+
+    from batchscribe.attention.names import kernel_help
+
+    text = _help_at_80(command)
+    cmd = typer.main.get_command(app)
+    if command:
+        cmd = cmd.commands[command[0]]  # type: ignore[attr-defined]
+    # typer vendors its own click: options are told apart by their kind, not by click's class.
+    flags = [o for p in cmd.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)]
+    assert flags and all(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags), (flags, text)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "<bool>" not in text and "[bold]" not in text
+    if command == ["run"]:
+        for name in re.findall(r"[a-z_]+", kernel_help().split("(", 1)[-1]):
+            assert re.search(rf"(?<![\w-]){name}(?![\w-])", text), name  # every kernel name whole
+    if not command:
+        for name in ("run", "demo", "eval", "models"):
+            assert re.search(rf"^  {name} +\S", text, re.M)
+
+
+def test_version_flag() -> None:
+    from batchscribe.version import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == f"batchscribe {__version__}"
+    proc = subprocess.run([sys.executable, "-m", "batchscribe", "--version"], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == f"batchscribe {__version__}"
+
+
+def test_models_listing_at_80_columns_copies_whole(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Package names and hub ids uncut; a missing package's pip command on one line of its own."""
+    from batchscribe.weights import aliases
+
+    missing = aliases.ALIASES["base"]
+    monkeypatch.setattr(aliases, "package_dirs", lambda alias: None if alias is missing else [tmp_path])
+    cached = tmp_path / "cache" / "converted" / "some-model"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    result = runner.invoke(app, ["models", "--cache-dir", str(tmp_path / "cache")], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    # Only the pip command and paths may run past 80 (soft-wrapped by the terminal, copied whole).
+    assert all(len(line) <= 80 for line in lines if missing.pip_install not in line and str(tmp_path) not in line)
+    assert "…" not in result.output
+    assert [line.strip() for line in lines].count(missing.pip_install) == 1
+    assert [line.strip() for line in lines].count(str(cached)) == 1
+    for alias in aliases.ALIASES.values():
+        assert alias.hub_id in result.output and all(p.distribution in result.output for p in alias.packages)
+    assert aliases.ALIASES["tiny.en"].pip_install not in result.output  # installed: no hint
+
+
+def test_audiofolder_reference_column_is_detected_and_named(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """metadata.csv with `transcription` (FLEURS' name): records carry it as the reference, and
+    stderr says which column it was, once."""
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
+    lines = ["file_name,transcription"]
+    for r in rows:
+        (folder / r["path"]).write_bytes((demo_manifest().parent / r["path"]).read_bytes())
+        lines.append(f"{r['path']},{r['text']}")
+    (folder / "metadata.csv").write_text("\n".join(lines) + "\n")
+    result = runner.invoke(app, ["run", str(folder), "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress",
+                                 "--no-report"], env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.output.count("note: reference text: column 'transcription'") == 1
+    assert {r["id"]: r["reference"] for r in read_all(tmp_path / "o")} == {r["id"]: r["text"] for r in rows}
+
+
+def test_language_auto_is_detect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list = []
+    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: seen.append(opts) or FakeTranscriber())
+    args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
+    assert runner.invoke(app, [*args, "--language", "auto"]).exit_code == 0
+    assert seen[0].decode.language is None
+    # The same settings as no --language: the rerun resumes instead of being refused.
+    again = runner.invoke(app, args)
+    assert again.exit_code == 0, again.output
+
+
+@needs_api
+def test_language_the_model_cannot_do_exits_2_with_the_fix(tmp_path: Path, tiny_en_dir: Path) -> None:
+    """tiny.en is English-only: `--language de` is a usage error with the ways out, not a traceback;
+    `--language auto` transcribes (the real model)."""
+    base = ["run", "--demo", "--model", str(tiny_en_dir), "--device", "cpu", "--workers", "0", "--no-progress",
+            "--no-report"]  # fmt: skip
+    result = runner.invoke(app, [*base, "-o", str(tmp_path / "de"), "--language", "de"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2, result.output
+    assert "language 'de' (german) cannot be decoded by an English-only model" in result.output
+    assert "'auto'" in result.output and "multilingual model" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    auto = runner.invoke(app, [*base, "-o", str(tmp_path / "auto"), "--language", "auto"])
+    assert auto.exit_code == 0, auto.output
+    records = read_all(tmp_path / "auto")
+    from tests.engine.helpers import openai_wer
+
+    refs = {r["id"]: r["text"] for r in map(json.loads, demo_manifest().read_text().splitlines())}
+    assert sorted(r["id"] for r in records) == sorted(refs) and all(r["language"] == "english" for r in records)
+    assert all(openai_wer(refs[r["id"]], r["text"]) < 0.25 for r in records)
+
+
+@pytest.mark.parametrize("seconds, text", [(0, "0.0 s"), (18.44, "18.4 s"), (59.9, "59.9 s"), (60, "1.0 min"),
+                                           (768, "12.8 min"), (3600, "1.00 h"), (10440, "2.90 h")])
+def test_audio_lengths_read_at_their_size(seconds: float, text: str) -> None:
+    from batchscribe.cli_text import audio_length
+
+    assert audio_length(seconds) == text
+
+
+def test_progress_line_counts_items_and_audio_in_readable_units(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from batchscribe.cli import _Bar
+    from batchscribe.sink import RunProgress
+
+    with open(tmp_path / "bar.txt", "w") as sink:
+        bar = _Bar(Console(file=sink, width=200))
+        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=18.4, elapsed_s=2.0, total=None))
+        assert bar.progress.tasks[0].fields["count"] == "5 items"
+        assert bar.progress.tasks[0].fields["audio"] == "18.4 s"
+        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=900.0, elapsed_s=2.0, total=9))
+        assert bar.progress.tasks[0].fields["count"] == "5/9" and bar.progress.tasks[0].fields["audio"] == "15.0 min"
+        bar.progress.stop()
+    assert "5/9" in (tmp_path / "bar.txt").read_text() and "15.0 min audio" in (tmp_path / "bar.txt").read_text()
+
+
+def test_save_to_disk_records_are_named_by_their_audio_files(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """A datasets save_to_disk folder without an id column: record ids are the audio files' names
+    (as for a folder of the same files), not train:0, train:1, ..."""
+    datasets = pytest.importorskip("datasets")
+    rows = [json.loads(x) for x in demo_manifest().read_text().splitlines()]
+    paths = [str(demo_manifest().parent / r["path"]) for r in rows]
+    ds = datasets.Dataset.from_dict({"audio": paths, "text": [r["text"] for r in rows]})
+    ds.cast_column("audio", datasets.Audio()).save_to_disk(str(tmp_path / "saved"))
+    result = runner.invoke(app, ["run", str(tmp_path / "saved"), "-o", str(tmp_path / "o"), "--workers", "0",
+                                 "--no-progress", "--no-report"], env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(r["id"] for r in read_all(tmp_path / "o")) == sorted(Path(p).stem for p in paths)

@@ -283,3 +283,17 @@ def test_max_errors_counts_committed_errors_and_retry_errors_replaces_them(tmp_p
     assert by_id["corrupt"]["text"] == " n=1600" and "error" in by_id["missing"]
     s = result.summary
     assert (s["items"], s["errors"], s["this_run"]["retried_errors"]) == (len(rows), 1, 2)
+
+
+def test_progress_knows_a_folders_total(tmp_path: Path) -> None:
+    """An audio folder is listed up front (cheap at this size), so the bar shows N/total, not N/?."""
+    import shutil
+
+    folder = tmp_path / "clips"
+    folder.mkdir()
+    for clip in sorted(DEMO.glob("*.flac")):
+        shutil.copy(clip, folder / clip.name)
+    seen: list = []
+    run([str(folder)], tmp_path / "out", RunOptions(workers=0), lambda o: FakeTranscriber(), progress=seen.append)
+    n_clips = len(list(DEMO.glob("*.flac")))
+    assert seen and {p.total for p in seen} == {n_clips} and seen[-1].done == n_clips

@@ -286,7 +286,7 @@ def test_real_transcripts_decode_as_references(
     else:
         clips = [shared_data / "misc" / "jfk.flac", *sorted((shared_data / "longform" / "earnings22").glob("*.wav"))]
     t = Transcriber(str(folder), device="cpu", temperatures=(0.0,))
-    records = t.transcribe([(p.stem, decode_audio(p)) for p in clips])
+    records = t.transcribe([(p.stem, decode_audio(p)) for p in clips], sample_rate=16000)
     tok, ref = t.tokenizer, openai_tokenizer(t.tokenizer)
     hf = WhisperTokenizer.from_pretrained(folder)
     n_segments = 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import tokenizers
 
+from batchscribe.config import ConfigError
 from batchscribe.model.languages import LANGUAGES, language_code, language_name
 
 # openai's vocabularies: 51864 ids for English-only models, 51865 (99 languages) or 51866
@@ -42,6 +43,11 @@ _TASKS = ("transcribe", "translate")
 
 class TokenizerError(ValueError):
     """A tokenizer.json that cannot serve Whisper decoding, or a language/task it cannot encode."""
+
+
+class LanguageError(TokenizerError, ConfigError):
+    """A language or task the model cannot decode: a usage error (the CLI exits 2), raised before
+    the weights load."""
 
 
 class Tokenizer:
@@ -137,7 +143,8 @@ class Tokenizer:
         code = language_code(language)
         if code is None or code not in self.language_tokens:
             valid = ", ".join(self.language_tokens) or "en"
-            raise TokenizerError(f"language {language!r} is not supported by this model; use one of: {valid}")
+            what = "is not a Whisper language" if code is None else f"({language_name(code)}) is not in this model's vocabulary"
+            raise LanguageError(f"language {language!r} {what}; use 'auto' to detect it, or one of: {valid}")
         return code
 
     def language_name(self, code: str) -> str:
@@ -152,20 +159,23 @@ class Tokenizer:
         language token is left out, as openai does (detect the language first to decode).
         """
         if task not in _TASKS:
-            raise TokenizerError(f"task {task!r} is not supported; use 'transcribe' or 'translate'")
+            raise LanguageError(f"task {task!r} is not supported; use 'transcribe' or 'translate'")
         sequence = [self.sot]
         if self.is_multilingual:
             if language is not None:
                 sequence.append(self.language_tokens[self.language_code(language)])
             sequence.append(self.transcribe if task == "transcribe" else self.translate)
         else:
-            if language is not None and language_code(language) != "en":
-                raise TokenizerError(
-                    f"language {language!r} cannot be decoded by an English-only model; "
-                    "use a multilingual model (e.g. 'base') or language='en'"
+            code = None if language is None else language_code(language)
+            if language is not None and code != "en":
+                what = ("is not a Whisper language, and this model is English-only" if code is None
+                        else f"({language_name(code)}) cannot be decoded by an English-only model")  # fmt: skip
+                raise LanguageError(
+                    f"language {language!r} {what}; use 'en' or 'auto' (--language en, or leave it out), "
+                    "or a multilingual model (e.g. 'base')"
                 )
             if task != "transcribe":
-                raise TokenizerError(
+                raise LanguageError(
                     "task 'translate' needs a multilingual model (e.g. 'base'); "
                     "English-only models only transcribe"
                 )

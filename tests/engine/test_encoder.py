@@ -34,7 +34,7 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
     t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
                     cross_kv=cross_kv, encoder_precision=encoder_precision)  # fmt: skip
     assert t.config.encoder == ("fp8" if encoder_precision == "fp8" else "fused")
-    t.transcribe(utterances[:2])
+    t.transcribe(utterances[:2], sample_rate=16000)
     engine = t.scheduler().engine
     runner = engine.encoder_graphs
     assert runner is not None and runner.sizes == [g for g in ENCODER_CHUNKS if g <= n]

@@ -55,7 +55,7 @@ def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
 
     items = utterances[:6]
     kw = dict(dtype="float16", temperatures=(0.0,))
-    expected = tokens(Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **kw).transcribe(items))
+    expected = tokens(Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **kw).transcribe(items, sample_rate=16000))
     torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info()
     t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=256, **kw)  # model loaded first
@@ -64,7 +64,7 @@ def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
     # Leave room for ~40 slots of cache plus working memory, not for 256.
     ballast = torch.empty(int(free - 40 * per_slot - 2**30), dtype=torch.uint8, device="cuda")
     try:
-        got = tokens(t.transcribe(items))
+        got = tokens(t.transcribe(items, sample_rate=16000))
         assert t.scheduler().engine.n_slots < 256
     finally:
         del ballast

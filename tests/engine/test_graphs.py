@@ -34,7 +34,7 @@ def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, at
         eager = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=False, **kw)
         graphed = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=True, **kw)
         items = utterances[: max(4, 2 * slots)]
-        a, b = tokens(eager.transcribe(items)), tokens(graphed.transcribe(items))
+        a, b = tokens(eager.transcribe(items, sample_rate=16000)), tokens(graphed.transcribe(items, sample_rate=16000))
         assert a == b, f"slots={slots}"
         engine = graphed.scheduler().engine
         assert engine.graphs is not None and engine.graphs.buckets[-1] == slots
@@ -48,9 +48,9 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
 
     kw = dict(device="cuda", dtype="float32", batch_size=8, temperatures=(0.0, 1.0), compression_ratio_threshold=0.0)
     items = utterances[:8]
-    eager = tokens(Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw).transcribe(items))
+    eager = tokens(Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw).transcribe(items, sample_rate=16000))
     graphed_t = Transcriber(str(tiny_en_dir), cuda_graphs=True, **kw)
-    graphed = tokens(graphed_t.transcribe(items))
+    graphed = tokens(graphed_t.transcribe(items, sample_rate=16000))
     assert eager == graphed
     runner = graphed_t.scheduler().engine.graphs
     assert any(sample for (_, _, sample) in runner.graphs)

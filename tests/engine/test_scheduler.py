@@ -101,8 +101,8 @@ def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:
     audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_1_4482311_3_62.wav")
     jfk = decode_audio(shared_data / "misc" / "jfk.flac")
     items = [("a", audio), ("b", jfk), ("c", audio[: 16000 * 7]), ("d", jfk[: 16000 * 4]), ("e", audio[16000 * 20 :])]
-    one = Transcriber(str(tiny_en_dir), device="cpu", batch_size=1, **GREEDY).transcribe(items)
-    many = Transcriber(str(tiny_en_dir), device="cpu", batch_size=3, **GREEDY).transcribe(items)
+    one = Transcriber(str(tiny_en_dir), device="cpu", batch_size=1, **GREEDY).transcribe(items, sample_rate=16000)
+    many = Transcriber(str(tiny_en_dir), device="cpu", batch_size=3, **GREEDY).transcribe(items, sample_rate=16000)
     assert [r["id"] for r in many] == ["a", "b", "c", "d", "e"]
     for a, b in zip(one, many):
         assert [s["tokens"] for s in a["segments"]] == [s["tokens"] for s in b["segments"]]
@@ -118,7 +118,7 @@ def test_out_of_memory_shrinks_slots_and_admission_groups(tiny_en_dir, shared_da
 
     jfk = decode_audio(shared_data / "misc" / "jfk.flac")
     items = [(f"u{i}", jfk[: 16000 * (3 + i)]) for i in range(5)]
-    expected = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY).transcribe(items)
+    expected = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY).transcribe(items, sample_rate=16000)
 
     real_init, real_admit = engine_module.Engine.__init__, engine_module.Engine.admit
     admits: list[int] = []
@@ -138,7 +138,7 @@ def test_out_of_memory_shrinks_slots_and_admission_groups(tiny_en_dir, shared_da
     monkeypatch.setattr(engine_module.Engine, "admit", admit)
     with caplog.at_level("WARNING", logger="batchscribe.engine"):
         t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=32, **GREEDY)
-        got = t.transcribe(items)
+        got = t.transcribe(items, sample_rate=16000)
     sched = t.scheduler()
     assert sched.engine.n_slots == 8 and sched.admit_max == 1
     assert admits[0] == 2 and set(admits[1:]) == {1}  # groups of admit_min = 8 // 4, then of 1
@@ -156,12 +156,12 @@ def test_sampled_fallback_is_independent_of_slots_and_batch(tiny_en_dir, shared_
     jfk = decode_audio(shared_data / "misc" / "jfk.flac")
     items = [("a", jfk), ("b", jfk[: 16000 * 5]), ("c", jfk[16000 * 3 :])]
     kw = dict(device="cpu", temperatures=(0.0, 1.0), compression_ratio_threshold=0.0)
-    alone = [Transcriber(str(tiny_en_dir), batch_size=1, **kw).transcribe([it])[0] for it in items]
-    together = Transcriber(str(tiny_en_dir), batch_size=3, **kw).transcribe(items[::-1])[::-1]
+    alone = [Transcriber(str(tiny_en_dir), batch_size=1, **kw).transcribe([it], sample_rate=16000)[0] for it in items]
+    together = Transcriber(str(tiny_en_dir), batch_size=3, **kw).transcribe(items[::-1], sample_rate=16000)[::-1]
     for a, b in zip(alone, together):
         assert {s["temperature"] for s in a["segments"]} == {1.0}
         assert [s["tokens"] for s in a["segments"]] == [s["tokens"] for s in b["segments"]]
-    other_seed = Transcriber(str(tiny_en_dir), batch_size=3, seed=1, **kw).transcribe(items)
+    other_seed = Transcriber(str(tiny_en_dir), batch_size=3, seed=1, **kw).transcribe(items, sample_rate=16000)
     assert [r["text"] for r in other_seed] != [r["text"] for r in alone]
 
 

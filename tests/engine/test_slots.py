@@ -21,7 +21,7 @@ def test_compact_moves_every_slot_tensor_and_the_host_mirror(tiny_en_dir) -> Non
     from batchscribe.engine.requests import WindowRequest
 
     t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=8, **GREEDY)
-    t.transcribe([("warm", np.zeros(16000, np.float32))])
+    t.transcribe([("warm", np.zeros(16000, np.float32))], sample_rate=16000)
     engine = t.scheduler().engine
     slots, state = engine.slots, engine.slots.state
     # Every per-slot tensor the engine holds is one compact() moves (the snapshot table is

@@ -22,7 +22,7 @@ def test_bucketed_attention_lengths_change_nothing(tiny_en_dir, shared_data) -> 
     items = [("a", audio[: 16000 * 25]), ("b", audio[16000 * 25 :])]
     exact = Transcriber(str(tiny_en_dir), device="cpu", batch_size=2, **GREEDY)
     bucketed = exact.build_scheduler(config=dataclasses.replace(exact.config, kv_buckets=tuple(default_kv_buckets(448))))
-    a, b = exact.transcribe(items), records(bucketed, items)
+    a, b = exact.transcribe(items, sample_rate=16000), records(bucketed, items)
     assert [[s["tokens"] for s in r["segments"]] for r in a] == [[s["tokens"] for s in r["segments"]] for r in b]
     # Only float summation order differs: the masked positions weigh exactly zero.
     lp_a = [s["avg_logprob"] for r in a for s in r["segments"]]
@@ -41,11 +41,11 @@ def test_fused_greedy_step_transcribes_like_the_tensor_rules(tiny_en_dir, uttera
 
     kw = dict(device="cuda", dtype="float16", batch_size=32, temperatures=(0.0,))
     fused_t = Transcriber(str(tiny_en_dir), **kw)
-    fused = fused_t.transcribe(utterances)
+    fused = fused_t.transcribe(utterances, sample_rate=16000)
     assert fused_t.scheduler().engine.rules.greedy is not None
     monkeypatch.setattr(triton_select, "triton_available", lambda: False)
     tensor_t = Transcriber(str(tiny_en_dir), **kw)
-    tensor = tensor_t.transcribe(utterances)
+    tensor = tensor_t.transcribe(utterances, sample_rate=16000)
     assert tensor_t.scheduler().engine.rules.greedy is None
     assert tokens(fused) == tokens(tensor)
     for a, b in zip(fused, tensor):

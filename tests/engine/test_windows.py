@@ -29,7 +29,7 @@ def test_long_form_seek_matches_openai_whisper(transcriber, shared_data, tiny_en
     path = shared_data / "longform" / "librispeech-concat" / "19-198-longform.flac"
     reference = (path.with_suffix(".txt")).read_text()
     audio = decode_audio(path)
-    record = transcriber.transcribe(audio)
+    record = transcriber.transcribe(audio, sample_rate=16000)
     _check_record(record)
     assert record["duration"] > 270 and len(record["segments"]) > 20
     assert record["segments"][-1]["end"] > record["duration"] - 30
@@ -72,7 +72,7 @@ def test_without_timestamps_long_form(tiny_en_dir, shared_data) -> None:
     from batchscribe.api import Transcriber
 
     audio = decode_audio(shared_data / "longform" / "earnings22" / "earnings22_1_4482311_3_62.wav")
-    record = Transcriber(str(tiny_en_dir), device="cpu", without_timestamps=True, **GREEDY).transcribe(audio)
+    record = Transcriber(str(tiny_en_dir), device="cpu", without_timestamps=True, **GREEDY).transcribe(audio, sample_rate=16000)
     _check_record(record)
     # One segment per 30 s window, no timestamp tokens anywhere.
     assert [s["start"] for s in record["segments"]] == [30.0 * i for i in range(len(record["segments"]))]
@@ -85,16 +85,16 @@ def test_temperature_fallback_walks_the_ladder(tiny_en_dir, shared_data) -> None
 
     jfk = decode_audio(shared_data / "misc" / "jfk.flac")
     t = Transcriber(str(tiny_en_dir), device="cpu", temperatures=(0.0, 0.5, 1.0), compression_ratio_threshold=0.0)
-    record = t.transcribe(jfk)
+    record = t.transcribe(jfk, sample_rate=16000)
     _check_record(record)
     assert {s["temperature"] for s in record["segments"]} == {1.0}
     # The default thresholds accept the greedy decode of clear speech.
-    plain = Transcriber(str(tiny_en_dir), device="cpu").transcribe(jfk)
+    plain = Transcriber(str(tiny_en_dir), device="cpu").transcribe(jfk, sample_rate=16000)
     assert {s["temperature"] for s in plain["segments"]} == {0.0}
 
 
 def test_silence_and_empty_audio(transcriber) -> None:
-    silent, empty = transcriber.transcribe([("silent", np.zeros(16000 * 5, np.float32)), ("empty", np.zeros(0, np.float32))])
+    silent, empty = transcriber.transcribe([("silent", np.zeros(16000 * 5, np.float32)), ("empty", np.zeros(0, np.float32))], sample_rate=16000)
     for record in (silent, empty):
         _check_record(record)
     assert empty["segments"] == [] and empty["text"] == ""

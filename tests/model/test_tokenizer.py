@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import pytest
 
 from batchscribe.model.languages import language_code
+from batchscribe.config import ConfigError
 from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 
 wt = pytest.importorskip("whisper.tokenizer")
@@ -134,14 +135,24 @@ def test_sot_sequence_english_only(request: pytest.FixtureRequest, tmp_path_fact
         tok.sot_sequence("de")
     with pytest.raises(TokenizerError, match="multilingual model"):
         tok.sot_sequence("en", "translate")
+    # A usage error (ConfigError: the CLI exits 2) that names the language and every way out.
+    with pytest.raises(ConfigError, match=r"language 'de' \(german\) cannot be decoded by an English-only model; "
+                                          r"use 'en' or 'auto'.*multilingual model \(e.g. 'base'\)"):
+        tok.sot_sequence("de")
+    with pytest.raises(ConfigError, match="'klingon' is not a Whisper language, and this model is English-only; use 'en' or 'auto'"):
+        tok.sot_sequence("klingon")
 
 
 def test_bad_language_and_task_errors_name_the_fix(base_tok: Tokenizer) -> None:
     tok = base_tok
-    with pytest.raises(TokenizerError, match="'klingon'.*use one of: en, zh, de"):
+    with pytest.raises(TokenizerError, match="'klingon'.*one of: en, zh, de"):
         tok.sot_sequence("klingon")
     with pytest.raises(TokenizerError, match="'yue'"):  # large-v3 only: not in base's 99
         tok.sot_sequence("yue")
+    with pytest.raises(ConfigError, match=r"'yue' \(cantonese\) is not in this model's vocabulary; use 'auto'"):
+        tok.sot_sequence("yue")
+    with pytest.raises(ConfigError, match="'klingon' is not a Whisper language; use 'auto' to detect it"):
+        tok.sot_sequence("klingon")
     with pytest.raises(TokenizerError, match="'transcribe' or 'translate'"):
         tok.sot_sequence("en", "summarize")
 

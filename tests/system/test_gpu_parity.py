@@ -20,8 +20,8 @@ def test_gpu_fp32_equals_cpu(tiny_en_dir, utterances) -> None:
 
     items = utterances[:16]
     kw = dict(dtype="float32", batch_size=8, temperatures=(0.0,))
-    cpu = tokens(Transcriber(str(tiny_en_dir), device="cpu", **kw).transcribe(items))
-    gpu = tokens(Transcriber(str(tiny_en_dir), device="cuda", **kw).transcribe(items))
+    cpu = tokens(Transcriber(str(tiny_en_dir), device="cpu", **kw).transcribe(items, sample_rate=16000))
+    gpu = tokens(Transcriber(str(tiny_en_dir), device="cuda", **kw).transcribe(items, sample_rate=16000))
     same = sum(cpu[k] == gpu[k] for k in cpu)
     assert same >= len(items) - 1
 
@@ -33,11 +33,11 @@ def test_flashinfer_engine_transcribes_like_sdpa(tiny_en_dir, utterances) -> Non
     from batchscribe.api import Transcriber
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
-    sdpa = tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances))
+    sdpa = tokens(Transcriber(str(tiny_en_dir), attention="sdpa", **kw).transcribe(utterances, sample_rate=16000))
     for attention in ("flashinfer", "flashinfer/sdpa", "flashinfer/flashinfer_hnd", "flashinfer/triton_hnd",
                       "triton/triton_hnd"):  # fmt: skip
         flash_t = Transcriber(str(tiny_en_dir), attention=attention, **kw)
-        flash = tokens(flash_t.transcribe(utterances))
+        flash = tokens(flash_t.transcribe(utterances, sample_rate=16000))
         assert flash_t.model_info.attention == attention.split("/")[0] + "/" + attention.split("/")[-1] + "/float16"
         same = sum(sdpa[k] == flash[k] for k in sdpa)
         assert same >= len(utterances) - 2, (attention, same)
@@ -51,7 +51,7 @@ def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utteranc
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,), attention=attention)
     skipping_t = Transcriber(str(tiny_en_dir), **kw)
-    skipping = tokens(skipping_t.transcribe(utterances))
+    skipping = tokens(skipping_t.transcribe(utterances, sample_rate=16000))
     assert skipping_t.scheduler().engine.backend.cross_kernel.live is not None
     full_t = Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw)
     full = full_t.build_scheduler(config=dataclasses.replace(full_t.config, skip_inert_rows=False))
@@ -72,11 +72,11 @@ def test_fused_and_fp8_encoders_transcribe_like_the_eager_one(tiny_en_dir, utter
     assert fused_t.config.encoder == "fused"
     eager_s = fused_t.build_scheduler(config=dataclasses.replace(fused_t.config, encoder="eager"))
     eager = tokens(records(eager_s, utterances))
-    fused = tokens(fused_t.transcribe(utterances))
+    fused = tokens(fused_t.transcribe(utterances, sample_rate=16000))
     assert sum(eager[k] == fused[k] for k in eager) >= len(utterances) - 3
     fp8_t = Transcriber(str(tiny_en_dir), encoder_precision="fp8", **kw)
     assert fp8_t.config.encoder == "fp8" and fp8_t.describe()["identity"]["encoder_precision"] == "fp8"
-    texts = {r["id"]: r["text"] for r in fp8_t.transcribe(utterances)}
+    texts = {r["id"]: r["text"] for r in fp8_t.transcribe(utterances, sample_rate=16000)}
     eager_texts = {r["id"]: r["text"] for r in records(eager_s, utterances)}
     ids = sorted(eager_texts)
     assert jiwer.wer([eager_texts[i] for i in ids], [texts[i] for i in ids]) < 0.05

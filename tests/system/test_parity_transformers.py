@@ -38,7 +38,7 @@ def _ours(folder, ids, audio, without_timestamps: bool) -> dict[str, list[int]]:
         temperatures=(0.0,), without_timestamps=without_timestamps,
         compression_ratio_threshold=None, logprob_threshold=None, no_speech_threshold=None,
     )  # fmt: skip
-    records = t.transcribe(list(zip(ids, audio)))
+    records = t.transcribe(list(zip(ids, audio)), sample_rate=16000)
     return {r["id"]: [tok for s in r["segments"] for tok in s["tokens"]] for r in records}, t
 
 
@@ -97,7 +97,7 @@ def test_language_detection_equals_transformers(base_dir, shared_data) -> None:
     clips += sorted((shared_data / "multilingual" / "fleurs").glob("*.wav"))
     audio = [decode_audio(p)[: 16000 * 30] for p in clips]
     t = Transcriber(str(base_dir), device="cpu", dtype="float32", temperatures=(0.0,))
-    records = t.transcribe([(p.stem, a) for p, a in zip(clips, audio)])
+    records = t.transcribe([(p.stem, a) for p, a in zip(clips, audio)], sample_rate=16000)
     fe = transformers.WhisperFeatureExtractor.from_pretrained(base_dir)
     model = transformers.WhisperForConditionalGeneration.from_pretrained(base_dir, dtype=torch.float32).eval()
     feats = fe(audio, sampling_rate=16000, return_tensors="pt").input_features

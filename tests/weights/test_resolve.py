@@ -104,3 +104,33 @@ def test_folder_that_is_no_model_gives_a_clear_error(tmp_path: Path) -> None:
         resolve_model(str(tmp_path), cache_dir=tmp_path / "cache")
     with pytest.raises(ModelFormatError, match="is a file"):
         resolve_model(str(tmp_path / "notes.txt"), cache_dir=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("name", ["./modles/tiny", "~/no-such-model-dir", "models/tiny", "whisper/model.safetensors",
+                                  "model.bin", "C:\\models\\whisper", "a/b/c", "/no/such/whisper"])
+def test_mistyped_paths_fail_at_once_naming_them(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that can only be a path is never sent to the hub (models/ exists: models/tiny is a path)."""
+    import batchscribe.weights.resolve as resolve
+
+    (tmp_path / "models").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(resolve, "hub_snapshot", lambda repo_id: pytest.fail(f"hub asked for {repo_id!r}"))
+    with pytest.raises(ModelNotFoundError) as err:
+        resolve_model(name, cache_dir=tmp_path / "cache")
+    message = str(err.value)
+    assert message.startswith(f"model path {name!r} does not exist") and "pass an alias" in message
+    if name == "models/tiny":
+        assert f"no 'tiny' in {tmp_path / 'models'}" in message
+
+
+def test_only_owner_name_forms_are_hub_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import batchscribe.weights.resolve as resolve
+
+    asked: list[str] = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(resolve, "hub_snapshot", lambda repo_id: (asked.append(repo_id), (None, "test"))[1])
+    with pytest.raises(ModelNotFoundError, match="'openai/whisper-small': test"):
+        resolve_model("openai/whisper-small", cache_dir=tmp_path / "cache")
+    with pytest.raises(ModelNotFoundError, match="not an alias .* owner/name"):
+        resolve_model("tiny", cache_dir=tmp_path / "cache")
+    assert asked == ["openai/whisper-small"]

@@ -30,12 +30,12 @@ files, folders, manifests), `columns` (rows -> items), `ids` (duplicates, shards
 
 from __future__ import annotations
 
-from batchscribe.audio.sources.detect import iter_source
+from batchscribe.audio.sources.detect import count_folder_items, iter_source
 from batchscribe.audio.sources.files import AUDIO_EXTENSIONS, MANIFEST_EXTENSIONS, MANIFEST_PATH_COLUMNS
 from batchscribe.audio.sources.ids import shard_of
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
 
 __all__ = [
     "AUDIO_EXTENSIONS", "MANIFEST_EXTENSIONS", "MANIFEST_PATH_COLUMNS", "SourceError", "SourceItem",
-    "SourceOptions", "iter_source", "shard_of",
+    "SourceOptions", "count_folder_items", "iter_source", "shard_of",
 ]

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+
+log = logging.getLogger(__name__)
+
+# Reference transcript columns by convention, in order of preference: datasets' audiofolder and
+# LibriSpeech (text), FLEURS and many hub datasets (transcription), Common Voice (sentence),
+# LJSpeech-style sets (normalized_text). Used when --text-column is not given.
+REFERENCE_COLUMNS = ("text", "transcription", "sentence", "normalized_text")
 
 
 @dataclass(frozen=True)
@@ -45,8 +53,15 @@ def resolve_columns(
         if name not in available:
             raise missing("passthrough", name, "--passthrough")
     id_col = opts.id_column or ("id" if "id" in available else None)
-    text_col = opts.text_column or ("text" if "text" in available else None)
+    text_col = opts.text_column or next((c for c in REFERENCE_COLUMNS if c in available), None)
     return Columns(audio_column, id_col, text_col, opts.passthrough)
+
+
+def note_columns(cols: Columns, opts: SourceOptions) -> None:
+    """Say which column became the reference when none was named (once per input: the CLI prints
+    each distinct note once)."""
+    if opts.text_column is None and cols.text is not None:
+        log.info("reference text: column %r (a conventional name; --text-column NAME picks another)", cols.text)
 
 
 def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str | None]:

@@ -24,7 +24,8 @@ def iter_source(inputs: Sequence[str], opts: SourceOptions) -> Iterator[SourceIt
     """Stream the items of `inputs` (in order) that belong to shard `opts.shard_index`.
 
     Ids: the id column's value (as str); without one, a derived id that is stable across runs:
-    `<file stem>:<row>` for Parquet (row within the file), `<split>:<row>` for datasets, the
+    `<file stem>:<row>` for Parquet (row within the file), for datasets the audio path's file name
+    without its extension (`<split>:<row>` when a row has no path or an earlier row took the name), the
     path relative to the folder without its audio extension for audio folders (`a/b.flac` ->
     `a/b`), and the path as written in the manifest without its audio extension for manifests.
 
@@ -133,3 +134,34 @@ def _no_passthrough(where: Path, opts: SourceOptions) -> None:
             f"{where}: audio files have no columns to pass through ({', '.join(opts.passthrough)}); "
             f"drop --passthrough or use a manifest/Parquet input"
         )
+
+
+# Listing more audio files than this to size the progress bar is no longer cheap (a walk of a
+# million files takes seconds before the first item): the bar then counts without a total.
+_COUNT_AT_MOST = 100_000
+
+
+def count_folder_items(path: Path) -> int | None:
+    """How many items the folder `path` holds, where that is cheap to know: Parquet footers,
+    audiofolder metadata lines, or up to _COUNT_AT_MOST audio files; None otherwise (datasets,
+    hub-style folders, huge folders). An estimate for the progress bar, not a promise."""
+    if any((path / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json")):
+        return None
+    parquet = list(path.rglob("*.parquet"))
+    if (path / "README.md").is_file() and (parquet or (path / "data").is_dir()):
+        return None
+    if parquet:
+        import pyarrow.parquet as pq
+
+        return sum(pq.ParquetFile(p).metadata.num_rows for p in parquet)
+    for name in ("metadata.jsonl", "metadata.csv"):
+        if (path / name).is_file():
+            with open(path / name, "rb") as fh:
+                lines = sum(1 for line in fh if line.strip())
+            return lines - 1 if name.endswith(".csv") else lines  # the CSV header is no item
+    count = 0
+    for _ in walk_audio(path):
+        count += 1
+        if count > _COUNT_AT_MOST:
+            return None
+    return count

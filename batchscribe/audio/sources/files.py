@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources.columns import make_item, resolve_columns
+from batchscribe.audio.sources.columns import make_item, note_columns, resolve_columns
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
 
 AUDIO_EXTENSIONS = frozenset(
@@ -80,6 +80,7 @@ def read_manifest(
 ) -> Iterator[SourceItem]:
     base_dir = path.parent
     candidates = (opts.audio_column, *MANIFEST_PATH_COLUMNS)
+    first = True
     for line_no, row in rows:
         audio_col = next((c for c in candidates if c in row), None)
         if audio_col is None:
@@ -88,6 +89,9 @@ def read_manifest(
                 f"available columns: {', '.join(row)}; choose one with --audio-column NAME"
             )
         cols = resolve_columns(list(row), opts, f"{path}:{line_no}", audio_column=audio_col)
+        if first:
+            note_columns(cols, opts)
+            first = False
         value = row[audio_col]
         written = value.get("path") if isinstance(value, dict) else value
         derived = _strip_audio_ext(str(written)) if written else f"{path.stem}:{line_no}"

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources.columns import Columns, make_item, resolve_columns
+from batchscribe.audio.sources.columns import Columns, make_item, note_columns, resolve_columns
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
 
 
@@ -61,11 +62,36 @@ def _read_dataset_rows(
     cols: Columns | None = None
     if features is not None:
         cols = resolve_columns(list(features), opts, where)
+        note_columns(cols, opts)
         dataset = dataset.select_columns(cols.needed)
         if isinstance(features[cols.audio], Audio):
             # Undecoded: {bytes, path}. We decode ourselves, in worker processes.
             dataset = dataset.cast_column(cols.audio, Audio(decode=False))
+    names = _RowNames(split)
     for row_index, row in enumerate(dataset):
         if cols is None:  # a streamed dataset whose features are unknown: check the first row
             cols = resolve_columns(list(row), opts, where)
-        yield make_item(row, cols, f"{split}:{row_index}", base_dir, f"{split}:{row_index}")
+            note_columns(cols, opts)
+        yield make_item(row, cols, names.derive(row[cols.audio], row_index), base_dir, f"{split}:{row_index}")
+
+
+class _RowNames:
+    """Derived ids for rows without an id column: the audio path's file name without its extension,
+    as a folder input's ids are (`1272-128104-0000.flac` -> `1272-128104-0000`), else `<split>:<row>`.
+
+    A name already taken by an earlier row of this dataset gives that later row `<split>:<row>`,
+    so ids stay unique and each row's id depends only on the rows before it (stable across runs).
+    """
+
+    def __init__(self, split: str) -> None:
+        self.split = split
+        self.taken: set[str] = set()  # one name per row read: the same growth as the duplicate-id rule
+
+    def derive(self, audio: Any, row_index: int) -> str:
+        where = audio.get("path") if isinstance(audio, dict) else audio if isinstance(audio, str) else None
+        name = re.split(r"[\\/]", where)[-1] if where else ""
+        stem = name.rpartition(".")[0] if "." in name.lstrip(".") else name
+        if not stem or stem in self.taken:
+            return f"{self.split}:{row_index}"
+        self.taken.add(stem)
+        return stem

@@ -18,7 +18,7 @@ class SourceOptions:
 
     audio_column: str = "audio"
     id_column: str | None = None  # None: "id" when that column exists, else a derived id
-    text_column: str | None = None  # None: "text" when that column exists, else no reference
+    text_column: str | None = None  # None: the first of columns.REFERENCE_COLUMNS present, else no reference
     passthrough: tuple[str, ...] = ()  # columns copied into SourceItem.extra
     config: str | None = None  # datasets config name (hub ids and hub-style folders)
     split: str | None = None  # datasets split; needed only when a dataset has several

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from batchscribe.audio.sources.columns import make_item, resolve_columns
+from batchscribe.audio.sources.columns import make_item, note_columns, resolve_columns
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
 
 _PARQUET_BATCH_ROWS = 16  # rows of encoded audio held at once per Parquet reader (~a few MB)
@@ -26,6 +26,7 @@ def read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
     except (OSError, pa.ArrowException) as exc:
         raise SourceError(f"{path}: not a readable Parquet file ({exc}); check or re-write the file") from exc
     cols = resolve_columns(pfile.schema_arrow.names, opts, str(path))
+    note_columns(cols, opts)
     audio_type = pfile.schema_arrow.field(cols.audio).type
     # A null-typed column (every cell null, e.g. one shard of a dataset whose audio is missing
     # there) is read too: each row becomes an error record naming its id, not a stopped run.

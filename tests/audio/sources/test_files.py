@@ -102,3 +102,37 @@ def test_output_folder_inside_a_folder_input_is_not_read(tmp_path: Path) -> None
     assert [i.id for i in iter_source([str(tmp_path)], opts)] == ["x"]
     with pytest.raises(SourceError, match="records-00000.parquet"):  # without it: read as input
         list(iter_source([str(tmp_path)], SourceOptions()))
+
+
+@pytest.mark.parametrize("manifest, column", [("metadata.csv", "transcription"), ("metadata.jsonl", "sentence"),
+                                              ("metadata.jsonl", "normalized_text"), ("metadata.csv", "text")])
+def test_audiofolder_reference_column_is_found_by_its_conventional_name(
+    tmp_path: Path, reference: list[dict], caplog: pytest.LogCaptureFixture, manifest: str, column: str
+) -> None:
+    """Hugging Face's audiofolder: `file_name` plus one of the conventional reference columns,
+    from metadata.csv or metadata.jsonl; the choice is logged once for the input."""
+    rows = [{"file_name": f"{r['id']}.flac", column: r["text"], "other": "x"} for r in reference[:3]]
+    if column == "text":  # text wins over a later convention present in the same table
+        rows = [{**row, "normalized_text": "not this"} for row in rows]
+    for r in reference[:3]:
+        (tmp_path / f"{r['id']}.flac").write_bytes(r["audio"]["bytes"])
+    if manifest.endswith(".csv"):
+        header = list(rows[0])
+        lines = [",".join(header)] + [",".join(str(row[k]) for k in header) for row in rows]
+        (tmp_path / manifest).write_text("\n".join(lines) + "\n")
+    else:
+        (tmp_path / manifest).write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with caplog.at_level("INFO", logger="batchscribe.audio.sources"):
+        items = list(iter_source([str(tmp_path)], SourceOptions()))
+    assert [(i.id, i.text) for i in items] == [(r["id"], r["text"]) for r in reference[:3]]
+    notes = [rec.getMessage() for rec in caplog.records if rec.name.startswith("batchscribe.audio.sources")]
+    assert notes == [f"reference text: column {column!r} (a conventional name; --text-column NAME picks another)"]
+    caplog.clear()
+    chosen = list(iter_source([str(tmp_path)], SourceOptions(text_column="other")))
+    assert [i.text for i in chosen] == ["x"] * 3 and not caplog.records  # a named column: nothing to say
+
+
+def test_audiofolder_without_a_reference_column(tmp_path: Path, reference: list[dict]) -> None:
+    (tmp_path / "a.flac").write_bytes(reference[0]["audio"]["bytes"])
+    (tmp_path / "metadata.csv").write_text("file_name,transcript_raw\na.flac,hello\n")
+    assert [(i.id, i.text) for i in iter_source([str(tmp_path)], SourceOptions())] == [("a", None)]

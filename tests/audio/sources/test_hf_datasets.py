@@ -69,3 +69,27 @@ def test_save_to_disk_with_decoded_audio_samples(tmp_path: Path) -> None:
     audio, error = decode_one(item, None)
     assert error is None and audio is not None
     np.testing.assert_allclose(audio, samples, atol=1e-7)  # 16 kHz in: the same samples back
+
+
+def test_save_to_disk_ids_are_audio_file_names(tmp_path: Path, parquet_path: Path, reference: list[dict]) -> None:
+    """Without an id column, a row's id is its audio path's name without the extension, as a folder
+    input's is; a name taken by an earlier row, or no path, gives `<split>:<row>`."""
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_parquet(str(parquet_path), cache_dir=str(tmp_path / "cache")).remove_columns(["id"])
+    ds = datasets.concatenate_datasets([ds.select(range(4)), ds.select([1])])  # row 4 repeats row 1's file
+    ds.save_to_disk(str(tmp_path / "disk"))
+    items = list(iter_source([str(tmp_path / "disk")], SourceOptions()))
+    names = [Path(r["audio"]["path"]).stem for r in reference[:4]]
+    assert len(set(names)) == 4 and all(":" not in n for n in names)
+    assert [i.id for i in items] == [*names, "train:4"]
+    assert [i.audio_bytes for i in items] == [r["audio"]["bytes"] for r in [*reference[:4], reference[1]]]
+
+
+def test_dataset_rows_without_audio_paths_keep_split_index(tmp_path: Path, reference: list[dict]) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = {"audio": [{"bytes": r["audio"]["bytes"], "path": None} for r in reference[:2]],
+            "text": [r["text"] for r in reference[:2]]}
+    ds = datasets.Dataset.from_dict(rows).cast_column("audio", datasets.Audio(decode=False))
+    datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "disk"))
+    items = list(iter_source([str(tmp_path / "disk")], SourceOptions()))
+    assert [(i.id, i.text) for i in items] == [("validation:0", reference[0]["text"]), ("validation:1", reference[1]["text"])]
