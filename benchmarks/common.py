@@ -40,6 +40,18 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+def time_ms(fn, repeat: int = 10) -> float:
+    """Device time per call of fn, from CUDA events around `repeat` calls after one warm-up."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    fn()
+    start.record()
+    for _ in range(repeat):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / repeat
+
+
 def peak_gib() -> str:
     if not torch.cuda.is_available():
         return "-"

@@ -21,18 +21,6 @@ from batchscribe.model.whisper import Whisper
 from w2_large_v3 import ARCHS
 
 
-def time_ms(fn, repeat: int = 10) -> float:
-    """Device time per call, from CUDA events around `repeat` calls after one warm-up."""
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / repeat
-
-
 def encoder_flops(dims: ModelDims, n_mlp: int) -> float:
     """Per window: the layers' GEMMs (q, k, v, out, fc1, fc2) and attention (QK^T and PV)."""
     t, d = dims.n_audio_ctx, dims.n_audio_state
@@ -65,7 +53,7 @@ def attention_kernels(dims: ModelDims, group: int) -> dict[str, float]:
                           ("efficient", SDPBackend.EFFICIENT_ATTENTION)):  # fmt: skip
         try:
             with sdpa_kernel(backend):
-                out[name] = time_ms(lambda: F.scaled_dot_product_attention(q, k, v))
+                out[name] = common.time_ms(lambda: F.scaled_dot_product_attention(q, k, v))
         except RuntimeError as exc:
             out[name] = float("nan")
             print(f"sdpa {name}: {str(exc)[:120]}")
@@ -105,7 +93,7 @@ def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[
             "fc2 fp8": lambda: layer.fp8["fc2"](hq, hs),
         }
     with torch.no_grad():
-        return {name: round(time_ms(fn), 3) for name, fn in parts.items()}
+        return {name: round(common.time_ms(fn), 3) for name, fn in parts.items()}
 
 
 def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
@@ -120,7 +108,7 @@ def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
     out = {}
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         view = qkv.view(group, t, 3, h, hd)
-        out["cudnn"] = time_ms(lambda: F.scaled_dot_product_attention(*(view[:, :, i].transpose(1, 2) for i in range(3))))
+        out["cudnn"] = common.time_ms(lambda: F.scaled_dot_product_attention(*(view[:, :, i].transpose(1, 2) for i in range(3))))
     ref = F.scaled_dot_product_attention(*(view[:, :, i].transpose(1, 2) for i in range(3))).transpose(1, 2)
     for backend in ("fa3", "fa2"):
         try:
@@ -129,7 +117,7 @@ def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
             wrapper.plan(indptr, indptr, h, h, hd, causal=False, q_data_type=torch.bfloat16)
             q, k, v = (qkv[:, i] for i in range(3))
             got = wrapper.run(q, k, v).view(group, t, h, hd)
-            out[backend] = time_ms(lambda: wrapper.run(q, k, v))
+            out[backend] = common.time_ms(lambda: wrapper.run(q, k, v))
             out[backend + " error"] = float((got.float() - ref.float()).norm() / ref.float().norm())
         except Exception as exc:  # noqa: BLE001 - a missing backend is a result here
             print(f"flashinfer {backend}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
@@ -163,7 +151,7 @@ def main() -> None:
             mel = torch.randn(group, dims.n_mels, 3000, device="cuda", dtype=torch.bfloat16)
             ref = model.encoder(mel).float()
             for name, enc in encoders.items():
-                ms = time_ms(graphed(enc, mel)) / group
+                ms = common.time_ms(graphed(enc, mel)) / group
                 err = float((enc(mel).float() - ref).norm() / ref.norm())
                 rows[group, name] = ms
                 print(f"group {group:>3} {name:<6} {ms:6.3f} ms/window  {flops / ms / 1e9:6.0f} TFLOP/s  "

@@ -127,24 +127,13 @@ def ours(tok: Tokenizer, windows: int, config: EngineConfig) -> dict:
             **breakdown}  # fmt: skip
 
 
-def _time_ms(fn, repeat: int = 5) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    fn()
-    start.record()
-    for _ in range(repeat):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / repeat
-
-
 def _breakdown(engine, audio: np.ndarray) -> dict:
     """Device time of the two halves: the encoder per window, one decode step at full slots."""
     model, encoder, state = engine.model, engine.encoder, engine.slots.state
     group = 32
     mel = encoder.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(encoder.dtype)
     with torch.no_grad():
-        enc_ms = _time_ms(lambda: encoder.encode(mel)) / group
+        enc_ms = common.time_ms(lambda: encoder.encode(mel), 5) / group
     runner = engine.graphs
     # Every row running, mid-window (position mid_kv() of 4 + TOKENS), as in the run: after it all rows
     # are inert, and the cross kernel skips inert rows' reads (a step over them would time short).
@@ -154,7 +143,7 @@ def _breakdown(engine, audio: np.ndarray) -> dict:
     step_ms = {}
     for kv in runner.kv_buckets:
         state.positions.fill_(min(mid_kv(), kv - 12))  # the 11 replays below stay inside the bucket
-        step_ms[kv] = _time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv, False].replay(), 10)
+        step_ms[kv] = common.time_ms(lambda kv=kv: runner.graphs[runner.buckets[-1], kv, False].replay(), 10)
     return {"encoder_ms_per_window": enc_ms, "step_ms_full_bucket": step_ms}
 
 
