@@ -80,8 +80,8 @@ class EngineOptions:
     # decode step reads (the bulk of a large model's step) at a small accuracy cost.
     cross_kv: Literal["auto", "fp8"] = "auto"
     # Encoder GEMMs: "auto" in the model's dtype; "fp8" (e4m3 weights per channel, activations per
-    # token) runs the compute-bound encoder ~1.6x faster on GPUs with fp8 tensor cores, at a small
-    # accuracy cost (docs/GPU_NOTES.md). On the CPU fp8 is emulated: the same numbers, slowly.
+    # token) makes a large model's compute-bound encoder faster on GPUs with fp8 tensor cores, at a
+    # small accuracy cost (docs/GPU_NOTES.md). On the CPU fp8 is emulated: the same numbers, slowly.
     encoder_precision: Literal["auto", "fp8"] = "auto"
 
     def __post_init__(self) -> None:

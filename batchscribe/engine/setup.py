@@ -13,9 +13,9 @@ from batchscribe.attention.registry import AttentionPlan, resolve_attention
 from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine import triton_select
 from batchscribe.engine.sizing import default_kv_buckets, slots_for_memory
+from batchscribe.model import encoder_triton
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
-from batchscribe.model import encoder_triton
 from batchscribe.model.fp8 import fp8_gemm_supported
 
 log = logging.getLogger(__name__)
