@@ -148,6 +148,8 @@ def _print_summary(result: RunResult) -> None:
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
     err.print(table)
+    if this.get("nothing_left"):
+        err.print("nothing left to do: every item already has a committed record (the model was not loaded)")
 
 
 def _report_wer(output_dir: Path) -> None:

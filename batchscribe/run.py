@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import json
 import os
 import signal
 import threading
@@ -46,7 +47,7 @@ from batchscribe.output.resume import (
 from batchscribe.output.retry import retry_errors
 from batchscribe.output.verbose_json import make_error_record
 from batchscribe.output.writers import ShardWriter, write_summary
-from batchscribe.sink import ProgressCallback, Sink, estimate_total, run_summary
+from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, nothing_left_summary, run_summary
 from batchscribe.version import __version__
 
 
@@ -192,6 +193,12 @@ def run(
     with lock_output(output_dir, prefix) as lock, _sigterm_as_interrupt():
         state = _checked_state(output_dir, prefix, config, opts, lock, listing)
         items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
+        skipped = 0
+        if not (opts.overwrite or opts.retry_errors):
+            skipped, pending = first_pending(items, state.completed)
+            if pending is None:
+                return _nothing_left(state, opts, skipped, start_wall, start_time)
+            items = pending
         load_start = time.monotonic()
         transcriber = (transcriber_factory or default_transcriber)(opts)
         load_seconds = time.monotonic() - load_start
@@ -206,6 +213,7 @@ def run(
                              opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
         sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
                     load_seconds, retried)  # fmt: skip
+        sink.skipped = skipped
         summary = _run_pipeline(items, transcriber, sink, opts, plan,
                                 lambda status: run_summary(inputs, opts, state, sink, described, start_time, status))
         write_summary(output_dir, summary, summary_name(prefix))
@@ -217,6 +225,26 @@ def run(
             f"transcribe them again (a plain rerun keeps committed error records and skips them)."
         )
     return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
+                  start_time: str) -> RunResult:  # fmt: skip
+    """Every item already has a committed record: the folder is tidied and its summary rewritten,
+    and the model is never loaded (a plain rerun past --max-errors still stops, as any rerun does)."""
+    repair_output(state)
+    path = state.directory / summary_name(state.prefix)
+    try:
+        previous = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    except ValueError:
+        previous = {}  # a torn summary from a killed run: rewritten from the records
+    summary = nothing_left_summary(state, previous, skipped, start_wall, start_time)
+    write_summary(state.directory, summary, summary_name(state.prefix))
+    if opts.max_errors is not None and summary["errors"] > opts.max_errors:
+        raise TooManyErrors(
+            f"{summary['errors']} item errors exceed --max-errors {opts.max_errors} in {state.directory}; "
+            "fix those inputs, then rerun with --retry-errors to transcribe them again."
+        )
+    return RunResult(state.directory, summary, ())
 
 
 def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -158,3 +159,32 @@ def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink
         "hostname": hostname(),
         "packages": package_versions(),
     }
+
+
+def first_pending(items: Iterator[SourceItem], completed: set[str]) -> tuple[int, Iterator[SourceItem] | None]:
+    """Skip items whose ids have committed records, up to the first that has none: (how many were
+    skipped, the items from that one on), or (skipped, None) when every item is done, so that a
+    rerun with nothing left can say so without loading the model."""
+    skipped = 0
+    for item in items:
+        if item.id not in completed:
+            return skipped, itertools.chain([item], items)
+        skipped += 1
+    return skipped, None
+
+
+def nothing_left_summary(state: OutputState, previous: dict[str, Any], skipped: int, start: float,
+                         start_time: str) -> dict[str, Any]:  # fmt: skip
+    """summary.json when every item already had a record: the folder's totals, this session's
+    nothing, and how the records were made (from the `previous` summary, when there is one)."""
+    totals = state.totals()
+    return {
+        **previous, "batchscribe_version": __version__, "status": "complete",
+        "items": int(totals["items"]), "ok": int(totals["ok"]), "errors": int(totals["errors"]),
+        "audio_hours": totals["audio_seconds"] / 3600.0, "shards": int(totals["shards"]),
+        "this_run": {"items": 0, "ok": 0, "errors": 0, "skipped_completed": skipped, "retried_errors": 0,
+                     "audio_hours": 0.0, "nothing_left": True},
+        "wall_seconds": time.monotonic() - start, "rtfx": None, "model_load_seconds": 0.0,
+        "rtfx_excluding_model_load": None, "start_time": start_time,
+        "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }  # fmt: skip

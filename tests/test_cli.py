@@ -161,6 +161,15 @@ def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     # Start-up apart from transcription: the summary.json figures, as printed.
     assert f"of which {summary['model_load_seconds']:.1f} s start-up" in proc.stderr
     assert f"({summary['rtfx_excluding_model_load']:.1f} after start-up)" in proc.stderr
+    # The same command again: nothing left, said so, the records untouched, the model not loaded.
+    shards = {p.name: p.read_bytes() for p in out.glob("records-*")}
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "nothing left to do" in again.stderr and "0 new, 3 already done" in again.stderr
+    assert {p.name: p.read_bytes() for p in out.glob("records-*")} == shards
+    rerun = json.loads((out / "summary.json").read_text())
+    assert rerun["this_run"]["nothing_left"] and rerun["model_load_seconds"] == 0 and rerun["ok"] == 3
+    assert rerun["model"] == summary["model"]  # how the records were made is kept
 
 
 def test_eval_command_matches_jiwer(tmp_path: Path) -> None:

@@ -123,6 +123,26 @@ def test_crash_then_resume_is_exactly_once(tmp_path: Path, fail_after: int) -> N
     assert result.summary["items"] == len(rows)
 
 
+def test_a_rerun_with_nothing_left_does_not_load_the_model(tmp_path: Path) -> None:
+    manifest, rows = make_manifest(tmp_path, n_copies=2)
+    out = tmp_path / "out"
+    run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+
+    def never(o: RunOptions) -> FakeTranscriber:
+        raise AssertionError("the model was loaded with nothing left to do")
+
+    result = run([str(manifest)], out, opts(), never)
+    assert sorted(r["id"] for r in read_all(out)) == sorted(rows)
+    s = result.summary
+    assert s["status"] == "complete" and s["this_run"]["nothing_left"] and s["items"] == len(rows)
+    assert s["this_run"]["skipped_completed"] == len(rows) and s["model"]["name"] == opts().model
+    with pytest.raises(TooManyErrors, match="exceed --max-errors 0.*--retry-errors"):  # the manifest has errors
+        run([str(manifest)], out, opts(max_errors=0), never)
+    retried = FakeTranscriber()  # --retry-errors has work (the two error records): the model loads
+    run([str(manifest)], out, opts(retry_errors=True), lambda o: retried)
+    assert sorted(r["id"] for r in read_all(out)) == sorted(rows)
+
+
 def test_changed_engine_identity_is_refused(tmp_path: Path) -> None:
     """The resolved engine's identity (dtype, kernels) pins a directory as the settings do; a
     directory written before it was recorded resumes."""

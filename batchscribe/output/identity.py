@@ -36,6 +36,17 @@ ID_SCHEME = "origin"
 ADDED_KEYS = frozenset({"engine.weights_sha256"})
 ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
+# The `run` option that sets each key, named in a refusal so the user knows what to change back.
+FLAGS = {
+    "model": "--model", "format": "--format", "inputs": "the inputs", "num_shards": "--num-shards",
+    "decode_options.task": "--task", "decode_options.language": "--language",
+    "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
+    "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
+    "source_options.text_column": "--text-column", "source_options.passthrough": "--passthrough",
+    "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
+    "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
+    "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
+}  # fmt: skip
 
 
 def run_config_name(prefix: str) -> str:
@@ -145,7 +156,8 @@ def differences(key: str, before: Any, now: Any) -> list[str]:
                 for d in differences(f"{key}.{k}", before.get(k), now.get(k))]  # fmt: skip
     if _canon(before) == _canon(now):
         return []
-    return [f"  {key}: before {_show(before)}, now {_show(now)}"]
+    flag = FLAGS.get(key)
+    return [f"  {key}: before {_show(before)}, now {_show(now)}" + (f" ({flag})" if flag else "")]
 
 
 def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, Any]]) -> None:
@@ -153,8 +165,9 @@ def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, 
     if diffs:
         raise ResumeConflictError(
             f"{directory} already holds records made with other settings ({name}):\n" + "\n".join(diffs)
-            + "\nResuming would mix them. Rerun with the earlier settings (the 'before' values) to resume, "
-            "choose another --output, or pass --overwrite to delete the old records and start again."
+            + "\nResuming would mix them. Rerun with the earlier settings (the 'before' values of the options "
+            "named) to resume, choose another --output, or pass --overwrite to delete the old records and "
+            "start again."
         )
 
 

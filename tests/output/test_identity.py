@@ -28,8 +28,8 @@ def test_a_refusal_names_only_the_differing_keys(tmp_path: Path) -> None:
     with pytest.raises(ResumeConflictError) as err:
         check_run_config(tmp_path, changed)
     lines = str(err.value).splitlines()
-    assert lines[1:3] == ["  decode_options.temperatures: before [0.0, 0.2], now [0.0]",
-                          '  inputs_fingerprint: before "f1", now "f2"']
+    assert lines[1:3] == ["  decode_options.temperatures: before [0.0, 0.2], now [0.0] (--temperature)",
+                          '  inputs_fingerprint: before "f1", now "f2" (the input files changed)']
     assert "seed" not in str(err.value) and "language" not in str(err.value)  # not a dump of both
     assert "another --output" in lines[-1] and "--overwrite" in lines[-1]
     check_run_config(tmp_path, changed | {"decode_options": BASE["decode_options"]}, ignore=("inputs_fingerprint",))
