@@ -111,7 +111,7 @@ class _Bar:
         self.progress = Progress(
             SpinnerColumn(), TextColumn("[bold]transcribing"), BarColumn(),
             TextColumn("{task.fields[count]}"),  # "5/?" said nothing while the total was unknown
-            TextColumn("{task.fields[audio]} audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),
+            TextColumn("{task.fields[audio]} audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),  # after start-up
             TextColumn("[red]{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("ETA"),
             TimeRemainingColumn(), console=console, transient=False,
         )
@@ -125,7 +125,7 @@ class _Bar:
             self.started = True
         count = f"{p.done} items" if p.total is None else f"{p.done}/{p.total}"
         self.progress.update(self.task, completed=p.done, total=p.total, count=count,
-                             audio=audio_length(p.audio_seconds), rtfx=p.rtfx, errors=p.errors)
+                             audio=audio_length(p.audio_seconds), rtfx=p.rtfx_after_startup, errors=p.errors)
 
 
 def _print_summary(result: RunResult) -> None:

@@ -31,12 +31,19 @@ class RunProgress:
     errors: int
     skipped: int  # already committed by an earlier run
     audio_seconds: float
-    elapsed_s: float
+    elapsed_s: float  # since the run started, start-up (model load) included
     total: int | None
+    startup_s: float = 0.0  # of elapsed_s, the model load before the first item could run
 
     @property
     def rtfx(self) -> float:
         return self.audio_seconds / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def rtfx_after_startup(self) -> float:
+        """The transcription rate itself: on a short run start-up is most of the wall time."""
+        working = self.elapsed_s - self.startup_s
+        return self.audio_seconds / working if working > 0 else 0.0
 
 
 ProgressCallback = Callable[[RunProgress], None]
@@ -92,7 +99,7 @@ class Sink:
     def snapshot(self) -> RunProgress:
         total = None if self.total is None else max(self.total - self.skipped, self.done)
         return RunProgress(self.done, self.ok, self.errors, self.skipped, self.audio_seconds,
-                           time.monotonic() - self.start, total)  # fmt: skip
+                           time.monotonic() - self.start, total, self.load_seconds)  # fmt: skip
 
 
 def estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:

@@ -377,8 +377,9 @@ def test_progress_line_counts_items_and_audio_in_readable_units(tmp_path: Path) 
         bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=18.4, elapsed_s=2.0, total=None))
         assert bar.progress.tasks[0].fields["count"] == "5 items"
         assert bar.progress.tasks[0].fields["audio"] == "18.4 s"
-        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=900.0, elapsed_s=2.0, total=9))
+        bar(RunProgress(done=5, ok=5, errors=0, skipped=0, audio_seconds=900.0, elapsed_s=2.0, total=9, startup_s=1.5))
         assert bar.progress.tasks[0].fields["count"] == "5/9" and bar.progress.tasks[0].fields["audio"] == "15.0 min"
+        assert bar.progress.tasks[0].fields["rtfx"] == pytest.approx(900.0 / 0.5)  # start-up apart
         bar.progress.stop()
     assert "5/9" in (tmp_path / "bar.txt").read_text() and "15.0 min audio" in (tmp_path / "bar.txt").read_text()
 

@@ -37,7 +37,11 @@ import soundfile as sf
 from tests.system.runs import RUN_TIMEOUT_S, command, committed, kill_group, outcome, shards
 
 SEEDS = (0, 1, 2, 3)
-KILLS_PER_SEED = 5  # 20 kills in all
+KILLS_PER_SEED = 5  # 20 stops in all
+# Each stop's signal: SIGKILL (a crash, the OOM killer), SIGTERM to the run alone (timeout, docker
+# stop) or to its group (Slurm), Ctrl-C to the group.
+SIGNALS = ((signal.SIGKILL, True), (signal.SIGKILL, True), (signal.SIGTERM, False), (signal.SIGTERM, True),
+           (signal.SIGINT, True))  # fmt: skip
 RATE_16K = 16000
 _command = command
 
@@ -101,7 +105,7 @@ def _check_complete(out: Path, reference: dict[str, str], prefixes: tuple[str, .
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_sigkill_at_random_moments_then_resume_is_exactly_once(
+def test_stopped_by_any_signal_at_random_moments_then_resume_is_exactly_once(
     seed: int, clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
 ) -> None:
     rng = random.Random(seed)
@@ -109,12 +113,18 @@ def test_sigkill_at_random_moments_then_resume_is_exactly_once(
     chain = 0
     out = tmp_path / f"out{chain}"
     kills, segments, progress = 0, 0, []
+    signals = {signal.SIGTERM: 0, signal.SIGINT: 0}  # graceful stops inside run()
     started = time.monotonic()
     while kills < KILLS_PER_SEED:
         segments += 1
         assert segments <= 3 * KILLS_PER_SEED, "runs keep finishing before their kill moment"
         cmd = _command(clips, out, model_cache, fmt, rng.choice((1, 2)), rng.choice((0, 0, 1)))
-        killed, _, _ = _kill_at_random_moment(cmd, out, rng)
+        sig, group = rng.choice(SIGNALS)
+        killed, code, stderr = _kill_at_random_moment(cmd, out, rng, sig, group)
+        if killed and sig != signal.SIGKILL and code != -sig:  # -sig: it came before or after run()
+            assert code == (143 if sig == signal.SIGTERM else 130), stderr
+            assert "Traceback" not in stderr, stderr
+            signals[sig] += 1
         done = committed(out)  # after every kill: whole shards only, no id twice
         progress.append(len(done) if killed else "done")
         assert {r["id"] for r in done} <= set(reference)
@@ -126,8 +136,8 @@ def test_sigkill_at_random_moments_then_resume_is_exactly_once(
             _check_complete(out, reference)
             chain += 1
             out = tmp_path / f"out{chain}"
-    print(f"seed {seed}: {kills} kills in {time.monotonic() - started:.0f} s; records committed "
-          f"at each kill: {progress}")
+    print(f"seed {seed}: {kills} stops in {time.monotonic() - started:.0f} s ({signals[signal.SIGTERM]} SIGTERM, "
+          f"{signals[signal.SIGINT]} SIGINT inside run()); records committed at each stop: {progress}")
 
     final = subprocess.run(_command(clips, out, model_cache, fmt, 2, 0), capture_output=True, text=True,
                            timeout=RUN_TIMEOUT_S)
