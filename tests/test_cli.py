@@ -224,7 +224,9 @@ def test_mistyped_model_path_fails_fast_naming_it(tmp_path: Path, model: str) ->
     (tmp_path / "models").mkdir()
     seconds, proc = _timed_cli(["run", "--demo", "-o", "out", "--model", model, "--no-progress"], tmp_path)
     assert proc.returncode == 2, proc.stderr
-    assert seconds < 5.0, seconds
+    # The process's start-up (torch's import among it) is inside the bound; the retries this
+    # replaced took ~29 s. Loose enough for a loaded 2-core CI machine.
+    assert seconds < 10.0, seconds
     assert f"model path {model!r} does not exist" in proc.stderr and "pass an alias" in proc.stderr
     assert "Traceback" not in proc.stderr and "Name or service" not in proc.stderr
 
@@ -242,7 +244,7 @@ def test_unreachable_hub_id_fails_fast_naming_the_model_and_fix(tmp_path: Path) 
     finally:
         silent.close()
     assert proc.returncode == 2, proc.stderr
-    assert seconds < 8.0, seconds  # start-up plus one 3 s try
+    assert seconds < 12.0, seconds  # start-up plus one 3 s try (huggingface_hub alone: > 120 s)
     assert "'someone/whisper-x'" in proc.stderr and "unreachable" in proc.stderr
     assert "hf download someone/whisper-x" in proc.stderr
 
