@@ -65,7 +65,8 @@ def check_run_config(directory: Path, config: dict[str, Any], ignore: tuple[str,
     for name, previous in _previous_configs(directory):
         skip = set(ignore)
         fingerprint = previous.get("inputs_fingerprint")
-        if "inputs_fingerprint" not in skip and fingerprint is not None and fingerprint != config.get("inputs_fingerprint"):
+        same_inputs = _canon(previous.get("inputs")) == _canon(config.get("inputs"))  # else that is the difference
+        if same_inputs and "inputs_fingerprint" not in skip and fingerprint not in (None, config.get("inputs_fingerprint")):
             if _inputs_only_grew(directory, name, listing):
                 skip.add("inputs_fingerprint")
         pairs = [(key, previous.get(key), config.get(key)) for key in IDENTITY_KEYS

@@ -142,7 +142,7 @@ def test_records_without_run_config_are_refused_unless_overwrite(clips: Path, mo
 
 
 @pytest.mark.parametrize(("flags", "words"), [
-    (("--language", "de"), ("language 'de' cannot be decoded by an English-only model", "--language")),
+    (("--language", "de"), ("language 'de' (german) cannot be decoded by an English-only model", "--language")),
     (("--task", "translate"), ("task 'translate' needs a multilingual model", "--task")),
     (("--retry-errors", "--overwrite"), ("--retry-errors has nothing to retry", "pass one")),
 ])  # fmt: skip
