@@ -212,8 +212,7 @@ def run(
         writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
                              opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
         sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
-                    load_seconds, retried)  # fmt: skip
-        sink.skipped = skipped
+                    load_seconds, retried, skipped)  # fmt: skip
         summary = _run_pipeline(items, transcriber, sink, opts, plan,
                                 lambda status: run_summary(inputs, opts, state, sink, described, start_time, status))
         write_summary(output_dir, summary, summary_name(prefix))

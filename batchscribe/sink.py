@@ -54,13 +54,14 @@ class Sink:
 
     def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
                  start: float, total: int | None, progress: ProgressCallback | None,
-                 load_seconds: float = 0.0, retried: int = 0) -> None:  # fmt: skip
+                 load_seconds: float = 0.0, retried: int = 0, skipped: int = 0) -> None:  # fmt: skip
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
         self.load_seconds = load_seconds
         self.retried = retried  # error records taken back by --retry-errors, redone this session
         self.prior_errors = int(state.totals()["errors"])
-        self.done = self.ok = self.errors = self.skipped = 0
+        self.done = self.ok = self.errors = 0
+        self.skipped = skipped  # committed items passed over before the sink existed (first_pending)
         self.audio_seconds = 0.0
         # Committed errors already past the limit: stop before doing more (a plain rerun keeps them).
         self.stop = max_errors is not None and self.prior_errors > max_errors
@@ -125,21 +126,22 @@ def estimate_total(inputs: Sequence[str], src: SourceOptions) -> int | None:
     return count if src.limit is None else min(count, src.limit)
 
 
+def _folder_fields(state: OutputState, status: str) -> dict[str, Any]:
+    """The summary's head: the version, the status and the writer's records in the folder."""
+    totals = state.totals()
+    return {"batchscribe_version": __version__, "status": status, "items": int(totals["items"]),
+            "ok": int(totals["ok"]), "errors": int(totals["errors"]),
+            "audio_hours": totals["audio_seconds"] / 3600.0, "shards": int(totals["shards"])}  # fmt: skip
+
+
 def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink,
                 described: dict[str, Any], start_time: str, status: str) -> dict[str, Any]:  # fmt: skip
     """summary.json of one writer: its records in the folder, this session, and how it ran
     (`opts`: the run's RunOptions)."""
-    totals = state.totals()
     wall = time.monotonic() - sink.start
     session_seconds = sink.audio_seconds
     return {
-        "batchscribe_version": __version__,
-        "status": status,
-        "items": int(totals["items"]),
-        "ok": int(totals["ok"]),
-        "errors": int(totals["errors"]),
-        "audio_hours": totals["audio_seconds"] / 3600.0,
-        "shards": int(totals["shards"]),
+        **_folder_fields(state, status),
         # This session only (a resumed run skips what earlier ones did; --retry-errors replaces
         # `retried_errors` error records, so `items` still counts each id once):
         "this_run": {"items": sink.done, "ok": sink.ok, "errors": sink.errors,
@@ -184,11 +186,8 @@ def nothing_left_summary(state: OutputState, previous: dict[str, Any], skipped: 
                          start_time: str) -> dict[str, Any]:  # fmt: skip
     """summary.json when every item already had a record: the folder's totals, this session's
     nothing, and how the records were made (from the `previous` summary, when there is one)."""
-    totals = state.totals()
     return {
-        **previous, "batchscribe_version": __version__, "status": "complete",
-        "items": int(totals["items"]), "ok": int(totals["ok"]), "errors": int(totals["errors"]),
-        "audio_hours": totals["audio_seconds"] / 3600.0, "shards": int(totals["shards"]),
+        **previous, **_folder_fields(state, "complete"),
         "this_run": {"items": 0, "ok": 0, "errors": 0, "skipped_completed": skipped, "retried_errors": 0,
                      "audio_hours": 0.0, "nothing_left": True},
         "wall_seconds": time.monotonic() - start, "rtfx": None, "model_load_seconds": 0.0,
