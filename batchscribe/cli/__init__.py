@@ -1,0 +1,21 @@
+"""The `batchscribe` command line (Typer + rich; the only package that imports them).
+
+Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
+2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
+existing output directory, an output directory another run is writing); 130 / 143 stopped by
+SIGINT / SIGTERM (what was done is committed; rerun to resume).
+"""
+
+from __future__ import annotations
+
+# Importing a command module registers its commands on `app`, in this order in --help.
+from batchscribe.cli import run_cmd  # noqa: F401  (isort: skip)
+from batchscribe.cli import commands  # noqa: F401
+from batchscribe.cli.app import _Bar, app
+from batchscribe.cli_text import demo_manifest
+
+__all__ = ["app", "main", "demo_manifest", "_Bar"]
+
+
+def main() -> None:
+    app()

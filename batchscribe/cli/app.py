@@ -1,0 +1,168 @@
+"""The `batchscribe` command line's app, console and error handling (the cli package is the only one
+that imports Typer and rich).
+
+Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
+2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
+existing output directory, an output directory another run is writing); 130 / 143 stopped by
+SIGINT / SIGTERM (what was done is committed; rerun to resume).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn,
+)
+from rich.table import Table
+
+from batchscribe.audio.sources import SourceError
+from batchscribe.cli_text import audio_length
+from batchscribe.config import ConfigError
+from batchscribe.output.resume import OutputDirError, ResumeConflictError
+from batchscribe.run import RunResult, Terminated, TooManyErrors
+from batchscribe.sink import RunProgress
+from batchscribe.version import __version__
+
+app = typer.Typer(
+    name="batchscribe",
+    help="Offline batch transcription of whole speech datasets with Whisper-family models.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+)
+err = Console(stderr=True)
+out = Console()
+
+
+class _Notes(logging.Handler):
+    """The sources' notes (e.g. which column became the reference) on stderr, each once a run."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if (message := record.getMessage()) not in self.seen:
+            self.seen.add(message)
+            err.print(f"[dim]note:[/dim] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        out.print(f"batchscribe {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                                help="Print the version and exit.")] = False) -> None:  # fmt: skip
+    sources = logging.getLogger("batchscribe.audio.sources")
+    sources.setLevel(logging.INFO)
+    for handler in [h for h in sources.handlers if isinstance(h, _Notes)]:  # one per invocation (tests run many)
+        sources.removeHandler(handler)
+    sources.addHandler(_Notes())
+
+
+def _die(message: str, code: int) -> NoReturn:
+    # escape(): a message may quote names with brackets (batchscribe[gpu], file[1].flac).
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def _handled() -> Iterator[None]:
+    """Turn the package's boundary errors into a message and an exit code, not a traceback."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM as Terminated: committed, summary written
+        _die("interrupted: the records finished so far are committed; rerun the same command to resume",
+             143 if isinstance(exc, Terminated) else 130)
+    except TooManyErrors as exc:
+        _die(str(exc), 1)
+    except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
+        _die(str(exc), 2)
+    except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
+        _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
+    except Exception as exc:
+        # batchscribe.weights is imported lazily: unknown name, pickle-only or
+        # unreadable checkpoint, model file whose sha256 differs from the pinned one.
+        if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
+            _die(str(exc), 2)
+        raise
+
+
+class _Bar:
+    """A rich progress bar fed by run()'s progress callback (items, audio hours, RTFx, ETA)."""
+
+    def __init__(self, console: Console) -> None:
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("[bold]transcribing"), BarColumn(),
+            TextColumn("{task.fields[count]}"),  # "5/?" said nothing while the total was unknown
+            TextColumn("{task.fields[audio]} audio"), TextColumn("RTFx {task.fields[rtfx]:.1f}"),  # after start-up
+            TextColumn("[red]{task.fields[errors]} errors"), TimeElapsedColumn(), TextColumn("ETA"),
+            TimeRemainingColumn(), console=console, transient=False,
+        )
+        self.task = self.progress.add_task("run", total=None, count="0 items", audio=audio_length(0), rtfx=0.0,
+                                           errors=0)  # fmt: skip
+        self.started = False
+
+    def __call__(self, p: RunProgress) -> None:
+        if not self.started:  # started by the first record, so model-loading errors print cleanly
+            self.progress.start()
+            self.started = True
+        count = f"{p.done} items" if p.total is None else f"{p.done}/{p.total}"
+        self.progress.update(self.task, completed=p.done, total=p.total, count=count,
+                             audio=audio_length(p.audio_seconds), rtfx=p.rtfx_after_startup, errors=p.errors)
+
+
+def _print_summary(result: RunResult) -> None:
+    s = result.summary
+    table = Table(show_header=False, box=None, pad_edge=False)
+    this = s["this_run"]
+    rows = [
+        ("output", str(result.output_dir)),
+        ("records", f"{s['items']} ({s['ok']} ok, {s['errors']} errors) in {s['shards']} shard(s)"),
+        ("this run", f"{this['items']} new, {this['skipped_completed']} already done"),
+        ("audio", audio_length(s["audio_hours"] * 3600)),
+        ("wall time", f"{s['wall_seconds']:.1f} s"),
+        ("RTFx", f"{s['rtfx']:.1f}" if s["rtfx"] is not None else "-"),
+    ]
+    if s.get("model_load_seconds") and s.get("rtfx_excluding_model_load"):
+        # On a short input the fixed start-up cost is most of the wall time: show both figures.
+        rows[-2:] = [("wall time", f"{s['wall_seconds']:.1f} s, of which {s['model_load_seconds']:.1f} s start-up "
+                      "(model load)"),
+                     ("RTFx", f"{s['rtfx']:.1f} ({s['rtfx_excluding_model_load']:.1f} after start-up)")]  # fmt: skip
+    for k, v in rows:
+        table.add_row(f"[bold]{k}[/bold]", v)
+    err.print(table)
+    if this.get("nothing_left"):
+        err.print("nothing left to do: every item already has a committed record (the model was not loaded)")
+
+
+def _report_wer(output_dir: Path) -> None:
+    """A WER report next to the records when they carry references (run --text-column)."""
+    try:
+        from batchscribe.eval.inputs import EvalInputError
+        from batchscribe.eval.render import write_report
+        from batchscribe.eval.report import evaluate
+    except ImportError:
+        return
+    try:
+        report = evaluate(output_dir)
+        paths = write_report(report, output_dir / "eval")
+    except EvalInputError:
+        return  # no references in these records: nothing to score
+    except OSError as exc:  # the records are committed: a report that cannot be written is a warning
+        err.print(f"[yellow]warning:[/yellow] {escape(str(exc))}")
+        return
+    err.print(f"[bold]WER[/bold] {report.wer:.2%} over {len(report.items)} items "
+              f"(english normaliser); report: {paths.get('md', output_dir / 'eval')}")

@@ -1,0 +1,71 @@
+"""`run`'s options, declared here so that the command reads as a list of names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal, Optional
+
+import typer
+
+from batchscribe.attention.names import kernel_help
+
+Format = Literal["jsonl", "parquet"]
+Task = Literal["transcribe", "translate"]
+DType = Literal["float32", "float16", "bfloat16"]
+CrossKV = Literal["auto", "fp8"]
+
+Inputs = Annotated[list[str] | None, typer.Argument(metavar="INPUT...",
+    help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.", show_default=False)]
+Output = Annotated[Path | None, typer.Option("--output", "-o", help="Output directory (created; reruns resume).",
+                                             show_default=False)]
+Demo = Annotated[bool, typer.Option("--demo", help="Transcribe the bundled public-domain demo clips.")]
+Model = Annotated[str, typer.Option(help="Alias (tiny.en, base, ...), HF folder or CTranslate2 folder.")]
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+DTypeOpt = Annotated[DType | None, typer.Option("--dtype", help="Default: float16 on CUDA, float32 on CPU.",
+                                                show_default=False)]
+BatchSize = Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the "
+                                                  "CPU, sized from free memory on CUDA (up to 256).")]
+Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA in float16/bfloat16: Triton "
+                                        "self-attention, FlashInfer or Triton cross-attention; else SDPA), sdpa, "
+                                        "flashinfer, or SELF/CROSS such as triton/flashinfer_hnd "
+                                        f"({kernel_help()}).")]
+CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
+                                             "dtype) or fp8 (half the bytes per decode step; GPU).")]
+EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
+CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
+                                          "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
+Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. en, de, german); auto or unset: "
+                                              "detect.", show_default=False)]
+TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
+NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
+Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
+                                          "with no fallback.")]
+Limit = Annotated[int | None, typer.Option(help="Only the first N items (of this shard).", show_default=False)]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Record shard format.")]
+AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")]
+IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
+                                              show_default=False)]
+TextColumnOpt = Annotated[str | None, typer.Option(
+    help="Reference text column, copied as 'reference' (default: the first of text, transcription, sentence, "
+    "normalized_text present); enables a WER report.",
+    show_default=False)]
+Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
+    help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
+ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]
+Split = Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)]
+NumShards = Annotated[int, typer.Option(help="Split the input between this many machines.")]
+ShardIndex = Annotated[int, typer.Option(help="Which part this machine does (0-based).")]
+Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); default: cores - 1 on "
+                                             "the CPU, and on a GPU three quarters of the cores (at most 12) as "
+                                             "threads.", show_default=False)]
+MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed "
+                                               "(committed error records count; see --retry-errors).", show_default=False)]
+ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")]
+RetryErrors = Annotated[bool, typer.Option("--retry-errors", help="Transcribe again the items whose committed record is "
+                                           "an error (after fixing them); each is replaced, once.")]
+CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are cached.", show_default=False)]
+ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")]
+Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
+                                      "references.")]
+

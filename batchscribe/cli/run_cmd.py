@@ -1,0 +1,93 @@
+"""`batchscribe run` and `batchscribe demo`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from batchscribe.audio.sources import SourceOptions
+from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_wer, app, err
+from batchscribe.cli.options import (
+    Attention, AudioColumnOpt, BatchSize, CacheDir, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
+    EncoderPrecision, FormatOpt, IdColumnOpt, Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards,
+    Output, Overwrite, Passthrough, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
+    Temperature, TextColumnOpt, Workers,
+)
+from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
+from batchscribe.config import DecodeOptions, EngineOptions
+from batchscribe.run import RunOptions, RunResult, run
+
+
+@app.command("run", epilog=RUN_EXAMPLES, short_help="Transcribe datasets into JSONL/Parquet record shards.")
+def run_command(
+    inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
+    device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
+    cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
+    language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
+    temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
+    audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
+    text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
+    split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
+    max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
+    retry_errors: RetryErrors = False, cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
+) -> None:
+    """Transcribe datasets into JSONL/Parquet record shards (one verbose_json record per item).
+
+    Rerunning into the same --output resumes: committed items are skipped, in-flight ones redone.
+    """
+    items = list(inputs or [])
+    if demo:
+        if items:
+            _die("--demo transcribes the bundled clips; drop the inputs or drop --demo", 2)
+        items = [str(demo_manifest())]
+    if not items:
+        _die("no input given; pass a Parquet file, folder, glob, manifest or dataset id (or --demo)", 2)
+    if output is None:
+        _die("missing --output/-o DIR: the directory to write records into", 2)
+    with _handled():
+        opts = RunOptions(
+            model=model, cache_dir=cache_dir,
+            engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
+                                 attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
+            decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
+                                 temperatures=parse_temperatures(temperature)),
+            source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
+                                 passthrough=split_columns(passthrough), config=config_name, split=split,
+                                 num_shards=num_shards, shard_index=shard_index, limit=limit),
+            format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
+            retry_errors=retry_errors,
+        )  # fmt: skip
+    _execute(items, output, opts, progress, report)
+
+
+def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool) -> None:
+    with _handled():
+        result = _run_with_bar(items, output, opts, progress)
+    _print_summary(result)
+    if report:
+        _report_wer(output)
+
+
+def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) -> RunResult:
+    if not show:
+        return run(items, output, opts)
+    bar = _Bar(err)
+    try:
+        return run(items, output, opts, progress=bar)
+    finally:
+        bar.progress.stop()
+
+
+@app.command("demo")
+def demo_command(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Output directory.")] = Path("batchscribe-demo"),
+    model: Annotated[str, typer.Option(help="Model alias or folder.")] = "tiny.en",
+    device: Device = "auto",
+) -> None:
+    """Transcribe the bundled demo clips (same as `run --demo`)."""
+    with _handled():
+        opts = RunOptions(model=model, engine=EngineOptions(device=device))
+    _execute([str(demo_manifest())], output, opts, progress=True, report=True)
+
