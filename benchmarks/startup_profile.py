@@ -1,8 +1,9 @@
-"""Where `batchscribe run`'s start-up goes: run() on a few rows under cProfile, in this process.
+"""Where `batchscribe run`'s start-up goes: run() on a few rows, in this process.
 
-Prints the wall time of run(), the summary's model_load_seconds, and the functions with the
-largest cumulative time (the main thread only: decode threads and the engine's helpers are not
-profiled). Run it twice in fresh processes: the first pays for Triton's and FlashInfer's builds
+Prints the wall time of run(), the summary's model_load_seconds, and when each start-up phase
+(the functions in PHASES) began and how long it took, by wall clock. With --cprofile, the
+functions with the largest cumulative time instead (the main thread only; waits on the GIL and
+on the GPU land in whatever is running, so read it as a pointer, not a breakdown). Run it twice in fresh processes: the first pays for Triton's and FlashInfer's builds
 and the model conversion, the second is what a user's every later run pays.
 
     python benchmarks/startup_profile.py --parquet ../shared/data/librispeech/train-clean-5-first100.parquet
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
+import importlib
 import io
 import pstats
 import sys
@@ -20,11 +23,47 @@ import time
 from pathlib import Path
 
 
+PHASES = [
+    "batchscribe.run:default_transcriber", "batchscribe.api:resolve_model", "batchscribe.api:Tokenizer.from_folder",
+    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.api:resolve_engine",
+    "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Transcriber.scheduler",
+    "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
+    "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
+    "batchscribe.engine.engine:one_step_seconds", "batchscribe.engine.engine:StepGraphs.capture",
+    "batchscribe.engine.engine:EncoderGraphs.capture", "batchscribe.engine.engine:Engine.enable_arena",
+    "batchscribe.run:inputs_listing", "batchscribe.run:_checked_state", "batchscribe.run:first_pending", "batchscribe.run:estimate_total", "batchscribe.engine.scheduler:Scheduler.run",
+]  # fmt: skip
+
+
+def _wrap_phases(t0: float, log: list[str]) -> None:
+    """Replace each PHASES function by a wrapper that logs its start (s after t0) and duration."""
+    for spec in PHASES:
+        module_name, attr = spec.split(":")
+        owner: object = importlib.import_module(module_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        fn = getattr(owner, name)
+        # A classmethod is fetched bound to its class: the wrapper calls it so and is set as a staticmethod.
+        bound = isinstance(owner, type) and isinstance(vars(owner).get(name), (staticmethod, classmethod))
+
+        def wrapper(*a, __fn=fn, __spec=attr, **k):
+            start = time.perf_counter()
+            try:
+                return __fn(*a, **k)
+            finally:
+                log.append(f"{start - t0:8.2f} s  +{time.perf_counter() - start:6.2f} s  {__spec}")
+
+        wrapped = functools.wraps(fn)(wrapper)
+        setattr(owner, name, staticmethod(wrapped) if bound else wrapped)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parquet", required=True, type=Path)
     ap.add_argument("--rows", type=int, default=3)
     ap.add_argument("--top", type=int, default=45)
+    ap.add_argument("--cprofile", action="store_true")
     ap.add_argument("--filter", default="batchscribe|torch/cuda|triton|flashinfer|safetensors|tokenizers",
                     help="regex on the printed functions' file names")
     args = ap.parse_args()
@@ -33,21 +72,32 @@ def main() -> None:
     from batchscribe.audio.sources import SourceOptions
     import_s = time.perf_counter() - t_import
 
+    log: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         prof = cProfile.Profile()
         t0 = time.perf_counter()
-        prof.enable()
+        if args.cprofile:
+            prof.enable()
+        else:
+            _wrap_phases(t0, log)
         result = run([str(args.parquet)], Path(tmp) / "out", RunOptions(source=SourceOptions(limit=args.rows)))
         prof.disable()
         wall = time.perf_counter() - t0
     s = result.summary
     print(f"import batchscribe.run: {import_s:.2f} s; run() {wall:.2f} s for {s['items']} rows; "
           f"model_load_seconds {s['model_load_seconds']:.2f}", flush=True)
+    if not args.cprofile:
+        print("\n".join(sorted(log, key=float_start)))
+        return
     text = io.StringIO()
     stats = pstats.Stats(prof, stream=text).sort_stats("cumulative")
     stats.print_stats(args.filter, args.top)
     lines = [ln for ln in text.getvalue().splitlines() if ln.strip()]
     sys.stdout.write("\n".join(ln[:220] for ln in lines[-(args.top + 2):]) + "\n")
+
+
+def float_start(line: str) -> float:
+    return float(line.split()[0])
 
 
 if __name__ == "__main__":
