@@ -20,6 +20,16 @@ from batchscribe.model.cache import DecoderCache, to_cache_dtype
 from batchscribe.model.dims import ModelDims
 
 
+def _embedding(n: int, d: int) -> nn.Embedding:
+    """nn.Embedding(n, d), except that a meta weight (built to take a checkpoint's) is not
+    initialised: nn.Embedding's normal_ init of a meta tensor imports torch._dynamo, most of a
+    second of start-up (docs/GPU_NOTES.md)."""
+    weight = torch.empty(n, d)
+    if weight.device.type != "meta":
+        nn.init.normal_(weight)  # what nn.Embedding.reset_parameters does
+    return nn.Embedding(n, d, _weight=weight)
+
+
 class Attention(nn.Module):
     """Projections of one multi-head attention block (HF names; k_proj has no bias)."""
 
@@ -63,7 +73,7 @@ class AudioEncoder(nn.Module):
         d = dims.n_audio_state
         self.conv1 = nn.Conv1d(dims.n_mels, d, kernel_size=3, padding=1)
         self.conv2 = nn.Conv1d(d, d, kernel_size=3, stride=2, padding=1)
-        self.embed_positions = nn.Embedding(dims.n_audio_ctx, d)
+        self.embed_positions = _embedding(dims.n_audio_ctx, d)
         self.layers = nn.ModuleList(
             EncoderLayer(d, dims.n_audio_head, n_mlp) for _ in range(dims.n_audio_layer)
         )
@@ -102,8 +112,8 @@ class TextDecoder(nn.Module):
     def __init__(self, dims: ModelDims, n_mlp: int):
         super().__init__()
         d = dims.n_text_state
-        self.embed_tokens = nn.Embedding(dims.n_vocab, d)
-        self.embed_positions = nn.Embedding(dims.n_text_ctx, d)
+        self.embed_tokens = _embedding(dims.n_vocab, d)
+        self.embed_positions = _embedding(dims.n_text_ctx, d)
         self.layers = nn.ModuleList(
             DecoderLayer(d, dims.n_text_head, n_mlp) for _ in range(dims.n_text_layer)
         )

@@ -128,3 +128,34 @@ def test_half_precision_runs_close_to_float32() -> None:
             logits = half.decode_step(cache, tokens[:, t], torch.tensor([t]))
     assert logits.dtype == torch.float32
     assert _rel(logits, ref) < 3e-2
+
+
+def test_building_on_the_meta_device_imports_no_compiler() -> None:
+    """The engine builds the model on the meta device to take the checkpoint's tensors; nn.Embedding's
+    own init of a meta weight would import torch._dynamo (seconds of every run's start-up). In a
+    fresh process, since another test may have imported it here."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch\n"
+        "from batchscribe.model.dims import ModelDims\n"
+        "from batchscribe.model.whisper import Whisper\n"
+        "dims = ModelDims(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=4, n_audio_layer=1,\n"
+        "                 n_vocab=51864, n_text_ctx=448, n_text_state=64, n_text_head=4, n_text_layer=1)\n"
+        "with torch.device('meta'):\n"
+        "    model = Whisper(dims)\n"
+        "assert model.decoder.embed_tokens.weight.device.type == 'meta'\n"
+        "print('torch._dynamo' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_embeddings_off_the_meta_device_are_initialised_as_torch_does() -> None:
+    dims = ModelDims(n_mels=80, n_audio_ctx=1500, n_audio_state=64, n_audio_head=4, n_audio_layer=1,
+                     n_vocab=51864, n_text_ctx=448, n_text_state=64, n_text_head=4, n_text_layer=1)
+    torch.manual_seed(0)
+    weight = Whisper(dims).decoder.embed_tokens.weight.detach()
+    # nn.Embedding's init is N(0, 1): a 3.3M-sample mean and std that far off would not happen.
+    assert abs(float(weight.mean())) < 0.01 and abs(float(weight.std()) - 1) < 0.01
