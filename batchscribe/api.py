@@ -21,6 +21,7 @@ from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_labe
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
+from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
 from batchscribe.engine.windows import WindowPlanner, step_spec
@@ -116,6 +117,7 @@ class Transcriber:
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
         resolved = resolve_engine(self.engine_options, dims)  # usage errors before the weights load
+        self._prewarm = Prewarm(resolved, dims)  # the GPU libraries load while the weights do
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
         _check_language_and_task(self.tokenizer, self.options)
         self.weights_sha256 = weights_sha256(folder, cache)  # pins a run's records to these weights
@@ -140,6 +142,7 @@ class Transcriber:
         """A new engine and its scheduler for `options` (default: this transcriber's), on `config`
         (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
         options = options or self.options
+        self._prewarm.join()
         spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
         engine = build_engine(self.model, spec, config or self.config)
         return Scheduler(engine, WindowPlanner(self.tokenizer, options))
