@@ -31,7 +31,7 @@ class RunProgress:
     errors: int
     skipped: int  # already committed by an earlier run
     audio_seconds: float
-    elapsed_s: float  # since the run started, start-up (model load) included
+    elapsed_s: float  # since the run started, start-up (model load; on CUDA the engine build) included
     total: int | None
     startup_s: float = 0.0  # of elapsed_s, the model load before the first item could run
 
@@ -149,7 +149,8 @@ def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink
                      "audio_hours": session_seconds / 3600.0},
         "wall_seconds": wall,
         "rtfx": session_seconds / wall if wall > 0 else 0.0,
-        # Model loading (and first-use conversion) is a fixed cost; without it, the steady rate.
+        # Model loading (first-use conversion, and on CUDA the engine build and graph capture) is a
+        # fixed cost; without it, the steady rate.
         "model_load_seconds": sink.load_seconds,
         "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
                                       if wall > sink.load_seconds else 0.0),

@@ -317,3 +317,30 @@ def test_progress_knows_a_folders_total(tmp_path: Path) -> None:
     run([str(folder)], tmp_path / "out", RunOptions(workers=0), lambda o: FakeTranscriber(), progress=seen.append)
     n_clips = len(list(DEMO.glob("*.flac")))
     assert seen and {p.total for p in seen} == {n_clips} and seen[-1].done == n_clips
+
+
+def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On CUDA the engine (slots, graphs, pinned arena) is built by host_allocator(); run() calls it
+    inside the start-up it reports, so rtfx_excluding_model_load is the transcribing rate. The
+    plan is forced to CUDA's (threads) and the stand-in's engine build takes a known time."""
+    import time
+
+    import batchscribe.run as run_module
+
+    class BuildsSlowly(FakeTranscriber):
+        def host_allocator(self) -> None:
+            self.built_at = time.monotonic()
+            time.sleep(0.5)
+            return None
+
+        def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
+            self.streaming_at = time.monotonic()
+            yield from super().transcribe_stream(items)
+
+    made: list[BuildsSlowly] = []
+    monkeypatch.setattr(run_module._DecodePlan, "for_run", classmethod(lambda cls, opts: cls(True, True)))
+    manifest, _ = make_manifest(tmp_path, n_copies=1)
+    result = run([str(manifest)], tmp_path / "out", RunOptions(workers=0),
+                 transcriber_factory=lambda opts: made.append(BuildsSlowly()) or made[-1])
+    assert result.summary["model_load_seconds"] >= 0.5
+    assert made[0].seen and made[0].built_at < made[0].streaming_at
