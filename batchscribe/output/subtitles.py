@@ -6,7 +6,7 @@
 - tsv: `start`, `end` (integer milliseconds) and `text` columns.
 
 One cue per segment, its text stripped (and `-->` made `->` in cues, where it would end the
-timing line). `export.py` writes them, one file per record.
+timing line). `export.py` writes them, one file per record (`batchscribe export`).
 """
 
 from __future__ import annotations
