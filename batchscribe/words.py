@@ -24,9 +24,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from batchscribe.config import DecodeOptions
+
 TOKENS_PER_SECOND = 50  # audio frames per second after the encoder's stride-2 convolution
-PREPEND_PUNCTUATIONS = "\"'“¿([{-"
-APPEND_PUNCTUATIONS = "\"'.。,，!！?？:：”)]}、"
+PREPEND_PUNCTUATIONS = DecodeOptions.prepend_punctuations  # openai's defaults
+APPEND_PUNCTUATIONS = DecodeOptions.append_punctuations
 _SENTENCE_END = ".。!！?？"
 # Scripts written without spaces: openai splits them at every complete character instead.
 _UNSPACED_LANGUAGES = frozenset({"zh", "ja", "th", "lo", "my", "yue"})

@@ -38,6 +38,8 @@ Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. 
                                               "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
+WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
+                                              help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
                                           "with no fallback.")]
 Limit = Annotated[int | None, typer.Option(help="Only the first N items (of this shard).", show_default=False)]

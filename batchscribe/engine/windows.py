@@ -10,17 +10,21 @@ when windows run.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+from batchscribe.engine.alignment import Alignment, AlignWindow
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.step import StepSpec
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.segments import Segment, Transcript, WindowStats, split_window
+from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, is_empty, split_window
+from batchscribe.words import WindowWords, attach_words, last_word_end, word_timings
+
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames per second: where a seek lands
 
 
 def step_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> StepSpec:
@@ -53,6 +57,7 @@ class ItemProgress:
     seek: int = 0  # mel frames consumed
     temp_index: int = 0  # rung of the temperature ladder the next window decodes at
     segments: list[Segment] = field(default_factory=list)
+    last_speech: float = 0.0  # end of the last word so far (word timestamps; openai's last_speech_timestamp)
 
     @property
     def content_frames(self) -> int:
@@ -65,6 +70,16 @@ class ItemProgress:
     @property
     def done(self) -> bool:
         return self.seek >= self.content_frames
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A finished window's fate: decoded again (fallback), skipped as silence (no split), or split
+    into segments; `window_frames`: its real audio."""
+
+    fallback: bool = False
+    window_frames: int = 0
+    split: WindowSplit | None = None
 
 
 class WindowPlanner:
@@ -114,6 +129,11 @@ class WindowPlanner:
     def fold(self, item: ItemProgress, res: FinishedWindow) -> bool:
         """Fold a window's result into its item; True when the item has no audio left. A window
         that falls back leaves the seek where it was and raises the temperature."""
+        return self.settle(item, self.judge(item, res))
+
+    def judge(self, item: ItemProgress, res: FinishedWindow) -> Judged:
+        """What becomes of a finished window (fallback, silence, or segments), before any word is
+        timed; records a detected language on the item."""
         opt = self.options
         if item.language_token is None and res.language_token is not None:
             item.language_token = res.language_token
@@ -121,22 +141,76 @@ class WindowPlanner:
                                         sum_logprob=res.sum_logprob, no_speech_prob=res.no_speech_prob)  # fmt: skip
         fallback = self._needs_fallback(stats.avg_logprob, stats.compression_ratio, res.no_speech_prob)
         if fallback and item.temp_index + 1 < len(opt.temperatures):
-            item.temp_index += 1
-            return False
-        item.temp_index = 0
+            return Judged(fallback=True)
         window_frames = min(N_FRAMES, item.content_frames - item.seek)
         skip = opt.no_speech_threshold is not None and res.no_speech_prob > opt.no_speech_threshold
         if opt.logprob_threshold is not None and stats.avg_logprob > opt.logprob_threshold:
             skip = False
         if skip:  # silence: openai transcribe() moves on by the whole window
-            item.seek += window_frames
+            return Judged(window_frames=window_frames)
+        # With word timestamps openai empties blank segments only after the words moved their times.
+        split = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
+                             window_frames=window_frames, seek=item.seek, stats=stats,
+                             empty=not opt.word_timestamps)  # fmt: skip
+        return Judged(window_frames=window_frames, split=split)
+
+    def align_request(self, item: ItemProgress, judged: Judged) -> AlignWindow | None:
+        """The alignment pass's input for a window whose segments get words (None: nothing to time)."""
+        if not self.options.word_timestamps or judged.split is None:
+            return None
+        eot = self.tokenizer.eot
+        text = tuple(t for seg in judged.split.segments for t in seg.tokens if t < eot)
+        if not text:
+            return None
+        prefix, _ = self._prompt(item)
+        prefix = tuple(t for t in prefix if t != self.tokenizer.no_timestamps)
+        start = item.seek * HOP_LENGTH
+        return AlignWindow(item.audio[start : start + N_FRAMES * HOP_LENGTH], prefix, text, judged.window_frames)
+
+    def settle(self, item: ItemProgress, judged: Judged, alignment: Alignment | None = None) -> bool:
+        """Apply a judged window to its item (`alignment`: its words' attention, when timed); True
+        when the item has no audio left."""
+        if judged.fallback:
+            item.temp_index += 1
+            return False
+        item.temp_index = 0
+        if judged.split is None:
+            item.seek += judged.window_frames
+        elif self.options.word_timestamps:
+            segments, item.seek = self._with_words(item, judged.split, alignment)
+            item.segments.extend(segments)
         else:
-            window = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
-                                  window_frames=window_frames, seek=item.seek, stats=stats)  # fmt: skip
-            item.segments.extend(window.segments)
-            item.seek = window.seek
+            item.segments.extend(judged.split.segments)
+            item.seek = judged.split.seek
         return item.done
+
+    def _with_words(self, item: ItemProgress, split: WindowSplit, alignment: Alignment | None) -> tuple[list[Segment], int]:
+        """openai transcribe()'s word stage for one window: words into the segments, segment times
+        moved by them, the next seek at the last word's end, then blank segments emptied."""
+        tok, opt = self.tokenizer, self.options
+        time_offset = item.seek * HOP_LENGTH / SAMPLE_RATE
+        segs = split.segments
+        window = WindowWords([s.start for s in segs], [s.end for s in segs], [list(s.tokens) for s in segs])
+        timings: list = []
+        if alignment is not None:
+            text = [t for s in segs for t in s.tokens if t < tok.eot]
+            language = self._code_of_token.get(item.language_token) if tok.is_multilingual else None
+            timings = word_timings(alignment.matrix, text, alignment.token_probs, tok, language)
+        attach_words(window, timings, time_offset, tok.eot, item.last_speech, opt.prepend_punctuations,
+                     opt.append_punctuations)  # fmt: skip
+        seek, end = split.seek, last_word_end(window.words, window.ends)
+        if not split.single_timestamp_ending and end is not None and end > time_offset:
+            seek = round(end * FRAMES_PER_SECOND)
+        if end is not None:
+            item.last_speech = end
+        out = []
+        for seg, start, stop, words in zip(segs, window.starts, window.ends, window.words):
+            if is_empty(start, stop, seg.text):
+                out.append(replace(seg, start=start, end=stop, text="", tokens=(), words=()))
+            else:
+                out.append(replace(seg, start=start, end=stop, words=tuple(words)))
+        return out, seek
 
     def transcript(self, item: ItemProgress) -> Transcript:
         code = self._code_of_token.get(item.language_token, "en") if item.language_token else "en"
-        return Transcript(item.id, tuple(item.segments), code, item.duration)
+        return Transcript(item.id, tuple(item.segments), code, item.duration, self.options.word_timestamps)
