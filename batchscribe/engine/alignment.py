@@ -108,7 +108,7 @@ class Aligner:
         for b, w in enumerate(windows):
             n_prefix, n_text = len(w.prefix), len(w.text_tokens)
             # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on.
-            logits = hidden[b, n_prefix : n_prefix + n_text].float() @ weight.float().T  # [n_text, eot]
+            logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
             probs = logits.softmax(dim=-1)[torch.arange(n_text, device=logits.device),
                                            torch.tensor(w.text_tokens, device=logits.device)]  # fmt: skip
             frames = w.num_frames // 2

@@ -101,3 +101,26 @@ def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
     assert graphed == plain
     for r in graphed:
         _check_words(r)
+
+
+def test_cli_run_with_word_timestamps_then_export(tmp_path, tiny_en_dir) -> None:
+    """`run --word-timestamps` writes words (Parquet here); the setting is part of the folder's
+    identity; `export` reads the records back."""
+    from typer.testing import CliRunner
+
+    from batchscribe.cli import app
+    from tests.test_run import read_all
+
+    runner, out = CliRunner(), tmp_path / "out"
+    args = ["run", "--demo", "-o", str(out), "--model", str(tiny_en_dir), "--device", "cpu", "--format", "parquet",
+            "--no-report", "--no-progress", "--temperature", "0"]
+    done = runner.invoke(app, [*args, "--word-timestamps"], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    records = read_all(out)
+    assert len(records) == 3
+    for r in records:
+        _check_words(r)
+    refused = runner.invoke(app, args, env={"COLUMNS": "300"})  # the same folder with words off
+    assert refused.exit_code == 2 and "--word-timestamps" in refused.output, refused.output
+    exported = runner.invoke(app, ["export", str(out), "-f", "vtt", "-o", str(tmp_path / "subs")])
+    assert exported.exit_code == 0 and "exported 3 vtt files" in exported.output, exported.output
