@@ -71,6 +71,11 @@ def _check_language_and_task(tokenizer: Tokenizer, options: DecodeOptions) -> No
     except TokenizerError as exc:
         flag = "--task" if options.task != "transcribe" and "task" in str(exc) else "--language"
         raise ConfigError(f"{exc} (check {flag})") from exc
+    if options.initial_prompt and tokenizer.is_multilingual and options.language is None:
+        # openai detects the language from the audio alone; here detection happens in the window's
+        # own decode, where a prompt before <|startoftranscript|> would sway it.
+        raise ConfigError("--initial-prompt with a multilingual model needs --language (e.g. --language en): "
+                          "the language is detected in the same decode the prompt conditions")
 
 
 def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions:

@@ -51,6 +51,9 @@ class DecodeOptions:
     # Word timestamps from the alignment heads' cross-attention (openai transcribe(word_timestamps=True));
     # the punctuation joined to the next / previous word, openai's defaults.
     word_timestamps: bool = False
+    # Text before <|startoftranscript|> (after <|startofprev|>) for an item's first decoded window,
+    # as openai transcribe(initial_prompt=...) without condition_on_previous_text.
+    initial_prompt: str | None = None
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 

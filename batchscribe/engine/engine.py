@@ -22,6 +22,7 @@ from batchscribe.engine.alignment import Aligner, Alignment, AlignWindow
 from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena
+from batchscribe.engine.prefill import prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, default_buckets, steps_per_check
@@ -113,11 +114,17 @@ class Engine:
             encode(staged.audio[part], staged.slot_ids[part])
         t2 = time.perf_counter()
         self.slots.state.set_up(staged.slot_ids, staged.prompts, staged.begin, staged.floats, staged.noise_key,
-                                staged.detect, self.spec.sample_len)  # fmt: skip
+                                staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip
+        prompted = [i for i, r in enumerate(requests) if r.sot_index > 0]  # host-known: no device read
+        if prompted:
+            rows = torch.tensor(prompted, device=self.device)
+            length = max(requests[i].sot_index for i in prompted)
+            prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
         self.timings["admit_stage"] += t1 - t0
         self.timings["admit_encode"] += t2 - t1
         self.timings["admit_setup"] += time.perf_counter() - t2
-        self.slots.claim([r.key for r in requests], [r.temperature for r in requests], slots)
+        self.slots.claim([r.key for r in requests], [r.temperature for r in requests], slots,
+                         [r.sot_index for r in requests])
 
     def release_staging(self) -> None:
         """Let go of the pinned samples the last admissions were copied from; only once a later

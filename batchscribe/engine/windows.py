@@ -10,6 +10,7 @@ when windows run.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -25,6 +26,9 @@ from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, 
 from batchscribe.words import WindowWords, attach_words, last_word_end, word_timings
 
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames per second: where a seek lands
+MAX_PROMPT_TOKENS = 448 // 2 - 1  # openai: prompt_tokens[-(n_ctx // 2 - 1):]
+
+log = logging.getLogger(__name__)
 
 
 def step_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> StepSpec:
@@ -57,6 +61,7 @@ class ItemProgress:
     seek: int = 0  # mel frames consumed
     temp_index: int = 0  # rung of the temperature ladder the next window decodes at
     segments: list[Segment] = field(default_factory=list)
+    prompted: bool = True  # the initial prompt (if any) still applies: no window has given segments yet
     last_speech: float = 0.0  # end of the last word so far (word timestamps; openai's last_speech_timestamp)
 
     @property
@@ -82,6 +87,20 @@ class Judged:
     split: WindowSplit | None = None
 
 
+def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[int, ...]:
+    """openai's encoding of an initial prompt (" " + stripped text), its last 223 tokens: half the
+    text context less <|startofprev|>, as DecodingTask trims it (with a warning here)."""
+    if not text:
+        return ()
+    tokens = tokenizer.encode(" " + text.strip())
+    limit = MAX_PROMPT_TOKENS
+    if len(tokens) > limit:
+        log.warning("--initial-prompt is %d tokens; only its last %d are used (half the text context, as "
+                    "openai-whisper trims it): shorten it to keep its start", len(tokens), limit)
+        tokens = tokens[-limit:]
+    return tuple(tokens)
+
+
 class WindowPlanner:
     """Windows of items under one set of decoding options (openai transcribe() semantics)."""
 
@@ -91,6 +110,7 @@ class WindowPlanner:
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+        self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
 
     def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
         return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
@@ -112,11 +132,16 @@ class WindowPlanner:
         start = item.seek * HOP_LENGTH
         audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
         prompt, detect = self._prompt(item)
+        sot_index = 0
+        if item.prompted and self.prompt_tokens:
+            # openai DecodingTask: <|startofprev|> prompt <|startoftranscript|> ...
+            prefix = (self.tokenizer.sot_prev, *self.prompt_tokens)
+            prompt, sot_index = prefix + prompt, len(prefix)
         temperature = self.options.temperatures[item.temp_index]
         # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
         digest = hashlib.blake2b(f"{self.options.seed}/{item.id}/{item.seek}/{item.temp_index}".encode(), digest_size=7)
         noise_key = int.from_bytes(digest.digest(), "little")
-        return WindowRequest(key, audio, prompt, detect, temperature, noise_key)
+        return WindowRequest(key, audio, prompt, detect, temperature, noise_key, sot_index)
 
     def _needs_fallback(self, avg_logprob: float, ratio: float, no_speech_prob: float) -> bool:
         """openai decode_with_fallback's test."""
@@ -176,7 +201,9 @@ class WindowPlanner:
         item.temp_index = 0
         if judged.split is None:
             item.seek += judged.window_frames
-        elif self.options.word_timestamps:
+            return item.done
+        item.prompted = False  # openai resets the prompt once a window's tokens are kept
+        if self.options.word_timestamps:
             segments, item.seek = self._with_words(item, judged.split, alignment)
             item.segments.extend(segments)
         else:

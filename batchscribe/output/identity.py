@@ -43,7 +43,7 @@ FLAGS = {
     "model": "--model", "format": "--format", "inputs": "the inputs", "num_shards": "--num-shards",
     "decode_options.task": "--task", "decode_options.language": "--language",
     "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
-    "decode_options.word_timestamps": "--word-timestamps",
+    "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",
     "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
     "source_options.text_column": "--text-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
@@ -63,6 +63,8 @@ def decode_identity(options: DecodeOptions) -> dict[str, Any]:
     if not options.word_timestamps:
         for key in _WORD_OPTIONS:
             found.pop(key)
+    if options.initial_prompt is None:
+        found.pop("initial_prompt")  # as before the option existed
     return found
 
 

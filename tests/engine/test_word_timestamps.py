@@ -124,3 +124,14 @@ def test_cli_run_with_word_timestamps_then_export(tmp_path, tiny_en_dir) -> None
     assert refused.exit_code == 2 and "--word-timestamps" in refused.output, refused.output
     exported = runner.invoke(app, ["export", str(out), "-f", "vtt", "-o", str(tmp_path / "subs")])
     assert exported.exit_code == 0 and "exported 3 vtt files" in exported.output, exported.output
+    # Cues from the words, byte for byte what openai-whisper's writer makes of the same record.
+    import io
+
+    from batchscribe.output.export import file_stems
+
+    stems = file_stems([r["id"] for r in records])
+    for r in records:
+        expected = io.StringIO()
+        whisper.utils.get_writer("vtt", ".").write_result(r, expected, {"max_line_width": None,
+                                                          "max_line_count": None, "highlight_words": False})
+        assert (tmp_path / "subs" / f"{stems[r['id']]}.vtt").read_text(encoding="utf-8") == expected.getvalue()
