@@ -185,7 +185,8 @@ class Scheduler:
                 finished = engine.finished(snap)
             t0 = time.perf_counter()
             verdicts = [self.windows.judge(run.live[res.key], res) for res in finished]
-            alignments = self._align(run, finished, verdicts)
+            clock["finish"] += time.perf_counter() - t0
+            alignments = self._align(run, finished, verdicts)  # timed as "align"
             t0 = time.perf_counter()
             for res, verdict, alignment in zip(finished, verdicts, alignments):
                 item = run.live[res.key]
