@@ -155,6 +155,7 @@ class Transcriber:
         """A new engine and its scheduler for `options` (default: this transcriber's), on `config`
         (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
         options = options or self.options
+        _check_language_and_task(self.tokenizer, options)  # options given per call are checked too
         spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
         heads = None
         if options.word_timestamps:
