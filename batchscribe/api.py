@@ -25,6 +25,7 @@ from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
 from batchscribe.engine.windows import WindowPlanner, step_spec
+from batchscribe.model.alignment_heads import resolve_alignment_heads
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 from batchscribe.model.whisper import Whisper
@@ -58,6 +59,12 @@ def _read_json(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _origin(folder: Path) -> str:
+    """The alias a converted folder was made from ("alias tiny.en" -> "tiny.en"), else ""."""
+    origin = str(_read_json(folder / "batchscribe_source.json").get("origin", ""))
+    return origin.removeprefix("alias ")
+
+
 def _check_language_and_task(tokenizer: Tokenizer, options: DecodeOptions) -> None:
     """A language or task the model cannot do is a usage error, found before the weights load."""
     try:
@@ -65,6 +72,11 @@ def _check_language_and_task(tokenizer: Tokenizer, options: DecodeOptions) -> No
     except TokenizerError as exc:
         flag = "--task" if options.task != "transcribe" and "task" in str(exc) else "--language"
         raise ConfigError(f"{exc} (check {flag})") from exc
+    if options.initial_prompt and tokenizer.is_multilingual and options.language is None:
+        # openai detects the language from the audio alone; here detection happens in the window's
+        # own decode, where a prompt before <|startoftranscript|> would sway it.
+        raise ConfigError("--initial-prompt with a multilingual model needs --language (e.g. --language en): "
+                          "the language is detected in the same decode the prompt conditions")
 
 
 def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions:
@@ -120,12 +132,15 @@ class Transcriber:
         self._prewarm = Prewarm(resolved, dims)  # the GPU libraries load while the weights do
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
         _check_language_and_task(self.tokenizer, self.options)
+        generation = _read_json(folder / "generation_config.json")
+        self._model_facts = (generation, dims, (model, folder.name, _origin(folder)), model)
+        # Resolved before the weights load when asked for: a model without heads is a usage error.
+        self.alignment_heads = resolve_alignment_heads(*self._model_facts) if self.options.word_timestamps else None
         self.weights_sha256 = weights_sha256(folder, cache)  # pins a run's records to these weights
         with torch.device("meta"):  # no random init to overwrite: every tensor comes from the checkpoint
             self.model = Whisper(dims).eval()
         self.model.load_hf_state_dict(load_state_dict(folder), assign=True)
         self.model.to(device=resolved.device, dtype=resolved.dtype)
-        generation = _read_json(folder / "generation_config.json")
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
         self.config: EngineConfig = resolved.with_slots(dims)  # free memory is read after the weights
         self.model_info = ModelInfo(model, str(folder), dims, str(self.config.device), self.config.dtype_name,
@@ -142,9 +157,13 @@ class Transcriber:
         """A new engine and its scheduler for `options` (default: this transcriber's), on `config`
         (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
         options = options or self.options
+        _check_language_and_task(self.tokenizer, options)  # options given per call are checked too
         self._prewarm.join()
         spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
-        engine = build_engine(self.model, spec, config or self.config)
+        heads = None
+        if options.word_timestamps:
+            heads = self.alignment_heads = self.alignment_heads or resolve_alignment_heads(*self._model_facts)
+        engine = build_engine(self.model, spec, config or self.config, heads)
         return Scheduler(engine, WindowPlanner(self.tokenizer, options))
 
     def scheduler(self, options: DecodeOptions | None = None) -> Scheduler:

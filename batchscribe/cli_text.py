@@ -41,6 +41,11 @@ Examples:
 \b
   # one of 4 machines; rerunning the same command resumes where it stopped
   batchscribe run 'data/*.parquet' -o out --num-shards 4 --shard-index 0
+
+\b
+  # word timestamps, then subtitles (one .srt per item)
+  batchscribe run recordings/ -o out --word-timestamps
+  batchscribe export out --format srt -o subs
 """
 
 EVAL_EXAMPLES = """\

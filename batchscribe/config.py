@@ -48,6 +48,14 @@ class DecodeOptions:
     # "-1" means the non-speech symbol set plus the model's own suppress list (openai semantics).
     suppress_tokens: tuple[int, ...] | str = "-1"
     seed: int = 0
+    # Word timestamps from the alignment heads' cross-attention (openai transcribe(word_timestamps=True));
+    # the punctuation joined to the next / previous word, openai's defaults.
+    word_timestamps: bool = False
+    # Text before <|startoftranscript|> (after <|startofprev|>) for an item's first decoded window,
+    # as openai transcribe(initial_prompt=...) without condition_on_previous_text.
+    initial_prompt: str | None = None
+    prepend_punctuations: str = "\"'“¿([{-"
+    append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
     def __post_init__(self) -> None:
         if self.language is not None and self.language.strip().lower() in AUTO_LANGUAGE:

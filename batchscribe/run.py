@@ -33,6 +33,7 @@ from batchscribe.output.identity import (
     check_engine_identity,
     check_id_scheme,
     check_run_config,
+    decode_identity,
     write_run_config,
 )
 from batchscribe.output.lock import OutputLock, lock_output
@@ -138,7 +139,7 @@ def run_config(inputs: Sequence[str], opts: RunOptions, listing: dict[str, str])
     src = opts.source
     return {
         "model": opts.model,
-        "decode_options": dataclasses.asdict(opts.decode),
+        "decode_options": decode_identity(opts.decode),
         "format": opts.format,
         "inputs": [canonical_input(i) for i in inputs],
         "inputs_fingerprint": fingerprint_of(inputs, listing),
@@ -212,7 +213,8 @@ def run(
         write_run_config(output_dir, {**config, "engine": described.get("identity"),
                                       "model_info": described.get("model")}, prefix, listing)  # fmt: skip
         writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
-                             opts.commit_seconds, on_commit=state.on_commit)  # fmt: skip
+                             opts.commit_seconds, on_commit=state.on_commit,
+                             words=opts.decode.word_timestamps)  # fmt: skip
         sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
                     load_seconds, retried, skipped)  # fmt: skip
         summary = _run_pipeline(items, transcriber, sink, opts, plan,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from batchscribe.constants import HOP_LENGTH, N_AUDIO_CTX, N_FRAMES, SAMPLE_RATE
@@ -81,6 +81,8 @@ class Segment:
     avg_logprob: float
     compression_ratio: float
     no_speech_prob: float
+    # With word timestamps: openai's per-segment words, each {word, start, end, probability}.
+    words: tuple[dict[str, Any], ...] | None = field(default=None, hash=False)  # dicts do not hash
 
     def to_dict(self) -> dict[str, Any]:
         """The fields in declaration order, tokens as a list (TranscriptionSegment's JSON types)."""
@@ -90,11 +92,14 @@ class Segment:
         """The record's dict of this segment with the given id and times (clamped by the caller)."""
         # One dict literal, not dataclasses.asdict (a deep copy) or a loop over the fields: the GPU
         # engine's one host thread builds every record between launches. The order is tested.
-        return {
+        out = {
             "id": id, "seek": self.seek, "start": start, "end": end, "text": self.text,
             "tokens": list(self.tokens), "temperature": self.temperature, "avg_logprob": self.avg_logprob,
             "compression_ratio": self.compression_ratio, "no_speech_prob": self.no_speech_prob,
         }  # fmt: skip
+        if self.words is not None:
+            out["words"] = [dict(w) for w in self.words]
+        return out
 
 
 @dataclass(frozen=True)
@@ -112,12 +117,15 @@ def split_window(
     window_frames: int,
     seek: int,
     stats: WindowStats = WindowStats(),
+    empty: bool = True,
 ) -> WindowSplit:
     """Split one window's sampled tokens into segments and advance the seek (openai transcribe()).
 
     `tokens`: what was sampled after the sot prefix, eot excluded. `window_frames`: mel frames of
     real audio in the window (3000, less for the last one). `seek`: the window's first frame;
-    `time_offset`: its start in seconds (seek / 100 for plain items).
+    `time_offset`: its start in seconds (seek / 100 for plain items). `empty=False` keeps the text
+    and tokens of instantaneous or blank segments: with word timestamps openai empties them only
+    after the words have moved their times (`is_empty`).
     """
     tokens = list(tokens)
     tb = tokenizer.timestamp_begin
@@ -154,14 +162,23 @@ def split_window(
         pieces.append((time_offset, time_offset + duration, tokens))
         next_seek = seek + window_frames
 
+    return WindowSplit(_segments(pieces, tokenizer, seek, stats, empty), next_seek, single_timestamp_ending)
+
+
+def _segments(pieces: list[tuple[float, float, list[int]]], tokenizer: _TokenizerLike, seek: int,
+              stats: WindowStats, empty: bool) -> tuple[Segment, ...]:  # fmt: skip
     segments = []
     for i, (start, end, piece) in enumerate(pieces):
         text = tokenizer.decode(piece)  # openai: decode([t for t in piece if t < eot])
-        if start == end or not text.strip():
+        if empty and is_empty(start, end, text):
             # openai keeps instantaneous or blank segments but empties them.
             text, piece = "", []
         segments.append(_segment(i, seek, start, end, text, tuple(piece), stats))
-    return WindowSplit(tuple(segments), next_seek, single_timestamp_ending)
+    return tuple(segments)
+
+
+def is_empty(start: float, end: float, text: str) -> bool:
+    return start == end or not text.strip()
 
 
 def _segment(
@@ -174,7 +191,7 @@ def _segment(
     seg.__dict__.update({
         "id": id, "seek": seek, "start": start, "end": end, "text": text, "tokens": tokens,
         "temperature": stats.temperature, "avg_logprob": stats.avg_logprob,
-        "compression_ratio": stats.compression_ratio, "no_speech_prob": stats.no_speech_prob,
+        "compression_ratio": stats.compression_ratio, "no_speech_prob": stats.no_speech_prob, "words": None,
     })  # fmt: skip
     return seg
 
@@ -211,3 +228,4 @@ class Transcript:
     segments: tuple[Segment, ...]
     language: str  # Whisper language code, e.g. "en"
     duration: float  # seconds of audio
+    word_timestamps: bool = False  # segments carry words (the record then has top-level words too)

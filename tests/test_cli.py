@@ -31,11 +31,12 @@ def fake_model(monkeypatch: pytest.MonkeyPatch) -> FakeTranscriber:
 def test_help_lists_commands_and_examples() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("run", "models", "demo"):
+    for command in ("run", "models", "demo", "export"):
         assert command in result.output
     result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "160"})
     assert result.exit_code == 0
-    for text in ("--output", "--max-errors", "--num-shards", "Examples", "batchscribe run --demo -o demo-out"):
+    for text in ("--output", "--max-errors", "--num-shards", "--word-timestamps", "--initial-prompt", "Examples",
+                 "batchscribe run --demo -o demo-out"):
         assert text in result.output
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 # Importing a command module registers its commands on `app`, in this order in --help.
 from batchscribe.cli import run_cmd  # noqa: F401  (isort: skip)
 from batchscribe.cli import commands  # noqa: F401
+from batchscribe.cli import export_cmd  # noqa: F401
 from batchscribe.cli.app import _Bar, app
 from batchscribe.cli_text import demo_manifest
 

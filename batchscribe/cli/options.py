@@ -38,6 +38,10 @@ Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. 
                                               "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
+InitialPrompt = Annotated[str | None, typer.Option("--initial-prompt", metavar="TEXT", show_default=False,
+                          help="Text the first window is conditioned on (names, spelling, style).")]
+WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
+                                              help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
                                           "with no fallback.")]
 Limit = Annotated[int | None, typer.Option(help="Only the first N items (of this shard).", show_default=False)]

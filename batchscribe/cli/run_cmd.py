@@ -13,7 +13,7 @@ from batchscribe.cli.options import (
     Attention, AudioColumnOpt, BatchSize, CacheDir, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
     EncoderPrecision, FormatOpt, IdColumnOpt, Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards,
     Output, Overwrite, Passthrough, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
-    Temperature, TextColumnOpt, Workers,
+    InitialPrompt, Temperature, TextColumnOpt, WordTimestamps, Workers,
 )
 from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
 from batchscribe.config import DecodeOptions, EngineOptions
@@ -26,6 +26,7 @@ def run_command(
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
+    word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
     temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
     audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
     text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
@@ -52,6 +53,7 @@ def run_command(
             engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
+                                 word_timestamps=word_timestamps, initial_prompt=initial_prompt,
                                  temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  passthrough=split_columns(passthrough), config=config_name, split=split,

@@ -18,9 +18,11 @@ from dataclasses import replace
 import torch
 
 from batchscribe.attention.registry import build_backend
+from batchscribe.engine.alignment import Aligner, Alignment, AlignWindow
 from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena
+from batchscribe.engine.prefill import prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, default_buckets, steps_per_check
@@ -37,7 +39,8 @@ log = logging.getLogger(__name__)
 class Engine:
     """Slots on one device for one model and one set of step rules (config.n_slots of them)."""
 
-    def __init__(self, model: Whisper, spec: StepSpec, config: EngineConfig):
+    def __init__(self, model: Whisper, spec: StepSpec, config: EngineConfig,
+                 alignment_heads: Sequence[tuple[int, int]] | None = None):  # fmt: skip
         if config.n_slots is None:
             raise ValueError("config.n_slots is unset: size it first (EngineConfig.with_slots)")
         dims, device, n_slots = model.dims, config.device, config.n_slots
@@ -55,6 +58,10 @@ class Engine:
         self.snapshots = SnapshotQueue(self.slots)
         self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder)
         self.rules = StepRules(spec, device, config.fused_greedy)
+        # Word timestamps: the alignment pass reads the same log-mel and encoder as admission.
+        self.aligner = None if alignment_heads is None else Aligner(
+            model, self.encoder.features, self.encoder.encode, alignment_heads, spec.rules.eot,
+            spec.rules.no_timestamps, max_batch=min(n_slots, 16))  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.
         self.steps_per_look = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
@@ -107,11 +114,17 @@ class Engine:
             encode(staged.audio[part], staged.slot_ids[part])
         t2 = time.perf_counter()
         self.slots.state.set_up(staged.slot_ids, staged.prompts, staged.begin, staged.floats, staged.noise_key,
-                                staged.detect, self.spec.sample_len)  # fmt: skip
+                                staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip
+        prompted = [i for i, r in enumerate(requests) if r.sot_index > 0]  # host-known: no device read
+        if prompted:
+            rows = torch.tensor(prompted, device=self.device)
+            length = max(requests[i].sot_index for i in prompted)
+            prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
         self.timings["admit_stage"] += t1 - t0
         self.timings["admit_encode"] += t2 - t1
         self.timings["admit_setup"] += time.perf_counter() - t2
-        self.slots.claim([r.key for r in requests], [r.temperature for r in requests], slots)
+        self.slots.claim([r.key for r in requests], [r.temperature for r in requests], slots,
+                         [r.sot_index for r in requests])
 
     def release_staging(self) -> None:
         """Let go of the pinned samples the last admissions were copied from; only once a later
@@ -146,6 +159,12 @@ class Engine:
         cache with them); returns the rows now in use."""
         return self.slots.compact(self.cache.tensors())
 
+    def align(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
+        """The alignment pass over finished windows (eager; outside the step graphs)."""
+        if self.aligner is None:
+            raise AssertionError("align() on an engine built without alignment heads")
+        return self.aligner(windows)
+
     def pending_snapshots(self) -> int:
         return len(self.snapshots.pending)
 
@@ -157,12 +176,13 @@ class Engine:
         return self.snapshots.finished(snap, self.slots)
 
 
-def build_engine(model: Whisper, spec: StepSpec, config: EngineConfig) -> Engine:
+def build_engine(model: Whisper, spec: StepSpec, config: EngineConfig,
+                 alignment_heads: Sequence[tuple[int, int]] | None = None) -> Engine:  # fmt: skip
     """An Engine with config.n_slots slots or, out of memory, the most of n/2, n/4, ... that fit."""
     n_slots = config.n_slots
     while True:
         try:
-            return Engine(model, spec, replace(config, n_slots=n_slots))
+            return Engine(model, spec, replace(config, n_slots=n_slots), alignment_heads)
         except torch.OutOfMemoryError:
             if n_slots == 1:
                 raise

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index
+LANGUAGE_POSITION = 1  # <|startoftranscript|> <|xx|> <|task|> ...: the language token's index after sot
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,9 @@ class WindowRequest:
     detect_language: bool
     temperature: float
     noise_key: int = 0  # sampling key: the same key samples the same tokens in any slot or batch
+    # Where <|startoftranscript|> sits: 0, or after <|startofprev|> and an initial prompt, whose
+    # tokens are prefilled at admission (engine/prefill.py) instead of fed one per step.
+    sot_index: int = 0
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,6 @@ class FinishedWindow:
     tokens: list[int]  # sampled tokens, end-of-text removed
     sum_logprob: float
     no_speech_prob: float
-    language_token: int | None  # the token at LANGUAGE_POSITION (detected or forced), if any
+    language_token: int | None  # the token LANGUAGE_POSITION after sot (detected or forced), if any
     temperature: float
     hit_eot: bool

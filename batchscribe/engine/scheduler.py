@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from batchscribe.engine.alignment import Alignment
 from batchscribe.engine.engine import Engine
-from batchscribe.engine.windows import ItemProgress, WindowPlanner
+from batchscribe.engine.requests import FinishedWindow
+from batchscribe.engine.windows import ItemProgress, Judged, WindowPlanner
 from batchscribe.segments import Transcript
 
 log = logging.getLogger(__name__)
@@ -182,9 +184,13 @@ class Scheduler:
             with self._timed("collect"):
                 finished = engine.finished(snap)
             t0 = time.perf_counter()
-            for res in finished:
+            verdicts = [self.windows.judge(run.live[res.key], res) for res in finished]
+            clock["finish"] += time.perf_counter() - t0
+            alignments = self._align(run, finished, verdicts)  # timed as "align"
+            t0 = time.perf_counter()
+            for res, verdict, alignment in zip(finished, verdicts, alignments):
                 item = run.live[res.key]
-                if not self.windows.fold(item, res):
+                if not self.windows.settle(item, verdict, alignment):
                     run.queue.append(res.key)
                     continue
                 del run.live[res.key]
@@ -194,3 +200,16 @@ class Scheduler:
                 yield transcript
                 t0 = time.perf_counter()
             clock["finish"] += time.perf_counter() - t0
+
+    def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> list[Alignment | None]:
+        """With word timestamps: one batched alignment pass over every window of this look whose
+        segments get words (an item's next seek depends on them, so it runs before the requeue)."""
+        requests = [self.windows.align_request(run.live[res.key], v) for res, v in zip(finished, verdicts)]
+        wanted = [k for k, r in enumerate(requests) if r is not None]
+        out: list[Alignment | None] = [None] * len(requests)
+        if wanted:
+            with self._timed("align"):
+                for k, alignment in zip(wanted, self.engine.align([requests[k] for k in wanted])):
+                    out[k] = alignment
+            self.timings["aligned_windows"] += len(wanted)
+        return out

@@ -33,6 +33,7 @@ class SlotTensors:
     detect: torch.Tensor  # [S] bool: the language token is detected, not forced
     running: torch.Tensor  # [S] bool: admitted and not finished
     hit_eot: torch.Tensor  # [S] bool
+    sot_pos: torch.Tensor  # [S] long: position of <|startoftranscript|> (after an initial prompt)
 
     @classmethod
     def allocate(cls, n_slots: int, n_ctx: int, device: torch.device) -> SlotTensors:
@@ -42,7 +43,8 @@ class SlotTensors:
         f32, flag = torch.float32, torch.bool
         return cls(zeros(n_slots, n_ctx), zeros(n_slots), zeros(n_slots), zeros(n_slots), zeros(n_slots),
                    zeros(n_slots, dtype=f32), zeros(n_slots, dtype=f32), zeros(n_slots, dtype=f32), zeros(n_slots),
-                   zeros(n_slots, dtype=flag), zeros(n_slots, dtype=flag), zeros(n_slots, dtype=flag))  # fmt: skip
+                   zeros(n_slots, dtype=flag), zeros(n_slots, dtype=flag), zeros(n_slots, dtype=flag),
+                   zeros(n_slots))  # fmt: skip
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """Every per-slot tensor, in declaration order."""
@@ -57,11 +59,15 @@ class SlotTensors:
         noise_key: torch.Tensor,  # [G] long
         detect: torch.Tensor,  # [G] bool
         sample_len: int,
+        sot: torch.Tensor | None = None,  # [G] long: <|startoftranscript|>'s position; None: 0
     ) -> None:
-        """Scatter an admitted group's state into its slots: one device op per state tensor."""
+        """Scatter an admitted group's state into its slots: one device op per state tensor. A
+        window with an initial prompt starts at its sot: the prompt's K/V are prefilled."""
         n_ctx = self.tokens.shape[1]
+        sot = torch.zeros_like(begin) if sot is None else sot
         self.tokens.index_copy_(0, slot_ids, prompts)
-        self.positions.index_fill_(0, slot_ids, 0)
+        self.positions.index_copy_(0, slot_ids, sot)
+        self.sot_pos.index_copy_(0, slot_ids, sot)
         self.sample_begin.index_copy_(0, slot_ids, begin)
         self.sample_end.index_copy_(0, slot_ids, torch.clamp(begin + sample_len, max=n_ctx) - 1)
         self.last_timestamp.index_fill_(0, slot_ids, -1)
@@ -98,14 +104,15 @@ class Slots:
     def slots_in_use(self) -> int:
         return int(np.count_nonzero(self.occupied))
 
-    def claim(self, keys: Sequence[int], temperatures: Sequence[float], slots: Sequence[int]) -> None:
-        """Record admitted windows. Called last in an admission, so an out-of-memory error before it
-        leaves the slots free."""
+    def claim(self, keys: Sequence[int], temperatures: Sequence[float], slots: Sequence[int],
+              starts: Sequence[int] | None = None) -> None:  # fmt: skip
+        """Record admitted windows (`starts`: their first positions, 0 without a prompt). Called
+        last in an admission, so an out-of-memory error before it leaves the slots free."""
         for key, temperature, slot in zip(keys, temperatures, slots):
             self.keys[slot] = key
             self.temperatures[slot] = temperature
         self.occupied[slots] = True
-        self.positions[slots] = 0
+        self.positions[slots] = 0 if starts is None else starts
         self.generation[slots] += 1
 
     def release(self, slot: int) -> None:

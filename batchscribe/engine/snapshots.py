@@ -20,7 +20,7 @@ from batchscribe.engine.slots import Slots
 
 # Columns of a snapshot (int32, one row per slot; the two float32 columns are stored bit for bit),
 # then the slot's token buffer: one table, so one copy to the host per look.
-_S_RUNNING, _S_HIT_EOT, _S_POSITION, _S_BEGIN, _S_LOGPROB, _S_NO_SPEECH, _S_TOKENS = range(7)
+_S_RUNNING, _S_HIT_EOT, _S_POSITION, _S_BEGIN, _S_LOGPROB, _S_NO_SPEECH, _S_SOT, _S_TOKENS = range(8)
 
 
 @dataclass
@@ -54,6 +54,7 @@ class SnapshotQueue:
         table[rows, _S_BEGIN].copy_(s.sample_begin[rows])
         table[rows, _S_LOGPROB].copy_(s.sum_logprob[rows].view(torch.int32))  # float32 bits
         table[rows, _S_NO_SPEECH].copy_(s.no_speech_prob[rows].view(torch.int32))
+        table[rows, _S_SOT].copy_(s.sot_pos[rows])
         table[rows, _S_TOKENS:].copy_(s.tokens[rows])
 
     def queue(self, n_rows: int, generation: np.ndarray, packed: bool) -> None:
@@ -101,7 +102,8 @@ class SnapshotQueue:
             sampled = row[_S_TOKENS + begin : _S_TOKENS + position + 1].tolist()
             if hit_eot:
                 sampled = sampled[:-1]
-            language = int(row[_S_TOKENS + LANGUAGE_POSITION]) if begin > LANGUAGE_POSITION else None
+            at = int(row[_S_SOT]) + LANGUAGE_POSITION
+            language = int(row[_S_TOKENS + at]) if begin > at else None
             results.append(FinishedWindow(key=key, tokens=sampled, sum_logprob=float(floats[slot, 0]),
                                           no_speech_prob=float(floats[slot, 1]), language_token=language,
                                           temperature=float(slots.temperatures[slot]), hit_eot=hit_eot))  # fmt: skip

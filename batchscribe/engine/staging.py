@@ -22,7 +22,7 @@ from batchscribe.engine.pinned import PinnedArena, default_arena_samples
 from batchscribe.engine.requests import WindowRequest
 
 # Columns of an admission pack (int64, one row per admitted window); the prompt row follows them.
-_A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_PROMPT = range(7)
+_A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_SOT, _A_PROMPT = range(8)
 
 
 @dataclass
@@ -63,6 +63,10 @@ class Staged:
     @property
     def detect(self) -> torch.Tensor:  # [G] bool
         return self.ints[:, _A_DETECT] != 0
+
+    @property
+    def sot(self) -> torch.Tensor:  # [G] long: where <|startoftranscript|> sits (after a prompt)
+        return self.ints[:, _A_SOT]
 
 
 class Stager:
@@ -142,6 +146,7 @@ class Stager:
         ints[:, _A_BEGIN] = [len(r.prompt) for r in requests]
         ints[:, _A_DETECT] = [r.detect_language for r in requests]
         ints[:, _A_NOISE] = [r.noise_key for r in requests]
+        ints[:, _A_SOT] = [r.sot_index for r in requests]
         ints[:, _A_PROMPT:] = 0
         for i, req in enumerate(requests):
             ints[i, _A_PROMPT : _A_PROMPT + len(req.prompt)] = req.prompt

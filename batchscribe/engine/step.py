@@ -72,13 +72,14 @@ def decode_step(
         p_no_speech = torch.softmax(logits, dim=-1)[:, spec.no_speech]
         filtered = rules.tensor_rules.apply(logits, tokens, next_pos, begin, slots.last_timestamp[rows])
         sampled, logprob = select_tokens(filtered, slots.temperature[rows], slots.noise_key[rows], next_pos, sample)
-    # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask).
-    at_sot = running & (positions == 0)
+    # no_speech_prob is read where <|startoftranscript|> is fed (openai DecodingTask's sot_index).
+    sot = slots.sot_pos[rows]
+    at_sot = running & (positions == sot)
     slots.no_speech_prob[rows] = torch.where(at_sot, p_no_speech, slots.no_speech_prob[rows])
 
     forced = next_pos < begin
     prompt_tok = tokens.gather(1, next_pos.clamp(max=n_ctx - 1)[:, None]).squeeze(1)
-    detecting = forced & slots.detect[rows] & (next_pos == LANGUAGE_POSITION)
+    detecting = forced & slots.detect[rows] & (next_pos == sot + LANGUAGE_POSITION)
     new_tok = torch.where(detecting, language, torch.where(forced, prompt_tok, sampled))
 
     generating = running & ~forced

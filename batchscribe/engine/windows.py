@@ -10,17 +10,25 @@ when windows run.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from batchscribe.config import DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
+from batchscribe.engine.alignment import Alignment, AlignWindow
 from batchscribe.engine.logits import RuleSpec
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.step import StepSpec
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.segments import Segment, Transcript, WindowStats, split_window
+from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, is_empty, split_window
+from batchscribe.words import WindowWords, attach_words, last_word_end, word_timings
+
+FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames per second: where a seek lands
+MAX_PROMPT_TOKENS = 448 // 2 - 1  # openai: prompt_tokens[-(n_ctx // 2 - 1):]
+
+log = logging.getLogger(__name__)
 
 
 def step_spec(tokenizer: Tokenizer, options: DecodeOptions, model_suppress: list[int], n_text_ctx: int) -> StepSpec:
@@ -53,6 +61,8 @@ class ItemProgress:
     seek: int = 0  # mel frames consumed
     temp_index: int = 0  # rung of the temperature ladder the next window decodes at
     segments: list[Segment] = field(default_factory=list)
+    prompted: bool = True  # the initial prompt (if any) still applies: no window has given segments yet
+    last_speech: float = 0.0  # end of the last word so far (word timestamps; openai's last_speech_timestamp)
 
     @property
     def content_frames(self) -> int:
@@ -67,6 +77,30 @@ class ItemProgress:
         return self.seek >= self.content_frames
 
 
+@dataclass(frozen=True)
+class Judged:
+    """A finished window's fate: decoded again (fallback), skipped as silence (no split), or split
+    into segments; `window_frames`: its real audio."""
+
+    fallback: bool = False
+    window_frames: int = 0
+    split: WindowSplit | None = None
+
+
+def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[int, ...]:
+    """openai's encoding of an initial prompt (" " + stripped text), its last 223 tokens: half the
+    text context less <|startofprev|>, as DecodingTask trims it (with a warning here)."""
+    if not text:
+        return ()
+    tokens = tokenizer.encode(" " + text.strip())
+    limit = MAX_PROMPT_TOKENS
+    if len(tokens) > limit:
+        log.warning("--initial-prompt is %d tokens; only its last %d are used (half the text context, as "
+                    "openai-whisper trims it): shorten it to keep its start", len(tokens), limit)
+        tokens = tokens[-limit:]
+    return tuple(tokens)
+
+
 class WindowPlanner:
     """Windows of items under one set of decoding options (openai transcribe() semantics)."""
 
@@ -76,6 +110,7 @@ class WindowPlanner:
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
+        self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
 
     def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
         return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
@@ -97,11 +132,16 @@ class WindowPlanner:
         start = item.seek * HOP_LENGTH
         audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
         prompt, detect = self._prompt(item)
+        sot_index = 0
+        if item.prompted and self.prompt_tokens:
+            # openai DecodingTask: <|startofprev|> prompt <|startoftranscript|> ...
+            prefix = (self.tokenizer.sot_prev, *self.prompt_tokens)
+            prompt, sot_index = prefix + prompt, len(prefix)
         temperature = self.options.temperatures[item.temp_index]
         # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
         digest = hashlib.blake2b(f"{self.options.seed}/{item.id}/{item.seek}/{item.temp_index}".encode(), digest_size=7)
         noise_key = int.from_bytes(digest.digest(), "little")
-        return WindowRequest(key, audio, prompt, detect, temperature, noise_key)
+        return WindowRequest(key, audio, prompt, detect, temperature, noise_key, sot_index)
 
     def _needs_fallback(self, avg_logprob: float, ratio: float, no_speech_prob: float) -> bool:
         """openai decode_with_fallback's test."""
@@ -114,6 +154,11 @@ class WindowPlanner:
     def fold(self, item: ItemProgress, res: FinishedWindow) -> bool:
         """Fold a window's result into its item; True when the item has no audio left. A window
         that falls back leaves the seek where it was and raises the temperature."""
+        return self.settle(item, self.judge(item, res))
+
+    def judge(self, item: ItemProgress, res: FinishedWindow) -> Judged:
+        """What becomes of a finished window (fallback, silence, or segments), before any word is
+        timed; records a detected language on the item."""
         opt = self.options
         if item.language_token is None and res.language_token is not None:
             item.language_token = res.language_token
@@ -121,22 +166,78 @@ class WindowPlanner:
                                         sum_logprob=res.sum_logprob, no_speech_prob=res.no_speech_prob)  # fmt: skip
         fallback = self._needs_fallback(stats.avg_logprob, stats.compression_ratio, res.no_speech_prob)
         if fallback and item.temp_index + 1 < len(opt.temperatures):
-            item.temp_index += 1
-            return False
-        item.temp_index = 0
+            return Judged(fallback=True)
         window_frames = min(N_FRAMES, item.content_frames - item.seek)
         skip = opt.no_speech_threshold is not None and res.no_speech_prob > opt.no_speech_threshold
         if opt.logprob_threshold is not None and stats.avg_logprob > opt.logprob_threshold:
             skip = False
         if skip:  # silence: openai transcribe() moves on by the whole window
-            item.seek += window_frames
+            return Judged(window_frames=window_frames)
+        # With word timestamps openai empties blank segments only after the words moved their times.
+        split = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
+                             window_frames=window_frames, seek=item.seek, stats=stats,
+                             empty=not opt.word_timestamps)  # fmt: skip
+        return Judged(window_frames=window_frames, split=split)
+
+    def align_request(self, item: ItemProgress, judged: Judged) -> AlignWindow | None:
+        """The alignment pass's input for a window whose segments get words (None: nothing to time)."""
+        if not self.options.word_timestamps or judged.split is None:
+            return None
+        eot = self.tokenizer.eot
+        text = tuple(t for seg in judged.split.segments for t in seg.tokens if t < eot)
+        if not text:
+            return None
+        prefix, _ = self._prompt(item)
+        prefix = tuple(t for t in prefix if t != self.tokenizer.no_timestamps)
+        start = item.seek * HOP_LENGTH
+        return AlignWindow(item.audio[start : start + N_FRAMES * HOP_LENGTH], prefix, text, judged.window_frames)
+
+    def settle(self, item: ItemProgress, judged: Judged, alignment: Alignment | None = None) -> bool:
+        """Apply a judged window to its item (`alignment`: its words' attention, when timed); True
+        when the item has no audio left."""
+        if judged.fallback:
+            item.temp_index += 1
+            return False
+        item.temp_index = 0
+        if judged.split is None:
+            item.seek += judged.window_frames
+            return item.done
+        item.prompted = False  # openai resets the prompt once a window's tokens are kept
+        if self.options.word_timestamps:
+            segments, item.seek = self._with_words(item, judged.split, alignment)
+            item.segments.extend(segments)
         else:
-            window = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
-                                  window_frames=window_frames, seek=item.seek, stats=stats)  # fmt: skip
-            item.segments.extend(window.segments)
-            item.seek = window.seek
+            item.segments.extend(judged.split.segments)
+            item.seek = judged.split.seek
         return item.done
+
+    def _with_words(self, item: ItemProgress, split: WindowSplit, alignment: Alignment | None) -> tuple[list[Segment], int]:
+        """openai transcribe()'s word stage for one window: words into the segments, segment times
+        moved by them, the next seek at the last word's end, then blank segments emptied."""
+        tok, opt = self.tokenizer, self.options
+        time_offset = item.seek * HOP_LENGTH / SAMPLE_RATE
+        segs = split.segments
+        window = WindowWords([s.start for s in segs], [s.end for s in segs], [list(s.tokens) for s in segs])
+        timings: list = []
+        if alignment is not None:
+            text = [t for s in segs for t in s.tokens if t < tok.eot]
+            language = self._code_of_token.get(item.language_token) if tok.is_multilingual else None
+            timings = word_timings(alignment.matrix, text, alignment.token_probs, tok, language)
+        attach_words(window, timings, time_offset, tok.eot, item.last_speech, opt.prepend_punctuations,
+                     opt.append_punctuations)  # fmt: skip
+        seek, end = split.seek, last_word_end(window.words, window.ends)
+        if not split.single_timestamp_ending and end is not None and end > time_offset:
+            seek = round(end * FRAMES_PER_SECOND)
+        if end is not None:
+            item.last_speech = end
+        out = []
+        for seg, start, stop, words in zip(segs, window.starts, window.ends, window.words):
+            if is_empty(start, stop, seg.text):
+                out.append(replace(seg, start=start, end=stop, text="", tokens=(), words=()))
+            else:
+                out.append(replace(seg, start=start, end=stop, words=tuple(words)))
+        return out, seek
 
     def transcript(self, item: ItemProgress) -> Transcript:
         code = self._code_of_token.get(item.language_token, "en") if item.language_token else "en"
-        return Transcript(item.id, tuple(item.segments), code, item.duration)
+        return Transcript(item.id, tuple(item.segments), code, item.duration, self.options.word_timestamps)

@@ -21,13 +21,13 @@ OutputFormat = Literal["jsonl", "parquet"]
 FORMATS: tuple[OutputFormat, ...] = ("jsonl", "parquet")
 
 # Fields every record may carry; anything else in a record is a passthrough column.
-CORE_FIELDS = ("id", "text", "language", "duration", "segments", "error", "reference")
+CORE_FIELDS = ("id", "text", "language", "duration", "segments", "words", "error", "reference")
 SEGMENT_FIELDS = (
     "id", "seek", "start", "end", "text", "tokens",
     "temperature", "avg_logprob", "compression_ratio", "no_speech_prob",
 )
 # Optional core fields a Parquet row holds as null but a JSONL record simply omits.
-_OMIT_WHEN_NULL = ("text", "language", "segments", "error", "reference")
+_OMIT_WHEN_NULL = ("text", "language", "segments", "words", "error", "reference")
 
 
 def _json_default(value: Any) -> Any:
@@ -79,10 +79,17 @@ def json_document(obj: Any) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
-def _segment_type() -> Any:
+def _word_type(probability: bool) -> Any:
     import pyarrow as pa
 
-    # Fields in SEGMENT_FIELDS order: encode_parquet fills them by those names.
+    fields = [("word", pa.string()), ("start", pa.float64()), ("end", pa.float64())]
+    return pa.struct(fields + [("probability", pa.float64())] if probability else fields)
+
+
+def _segment_type(words: bool = False) -> Any:
+    import pyarrow as pa
+
+    # Fields in SEGMENT_FIELDS order (then `words`): encode_parquet fills them by those names.
     return pa.struct([
         ("id", pa.int32()),
         ("seek", pa.int32()),
@@ -94,11 +101,13 @@ def _segment_type() -> Any:
         ("avg_logprob", pa.float64()),
         ("compression_ratio", pa.float64()),
         ("no_speech_prob", pa.float64()),
-    ])
+    ] + ([("words", pa.list_(_word_type(True)))] if words else []))
 
 
-def core_schema() -> Any:
-    """The fixed Parquet schema of the core fields; passthrough columns follow them."""
+def core_schema(words: bool = False) -> Any:
+    """The fixed Parquet schema of the core fields; passthrough columns follow them. `words`: a
+    run with word timestamps (per-segment words with probability, top-level words without), so
+    every shard of such a run has the columns, even one holding only error records."""
     import pyarrow as pa
 
     return pa.schema([
@@ -106,7 +115,8 @@ def core_schema() -> Any:
         ("text", pa.string()),
         ("language", pa.string()),
         ("duration", pa.float64()),
-        ("segments", pa.list_(_segment_type())),
+        ("segments", pa.list_(_segment_type(words))),
+    ] + ([("words", pa.list_(_word_type(False)))] if words else []) + [
         ("error", pa.string()),
         ("reference", pa.string()),
     ])
@@ -153,7 +163,8 @@ def _passthrough_array(values: list[Any], known: Any | None) -> Any:
                         type=pa.string())
 
 
-def encode_parquet(records: list[dict[str, Any]], known_types: dict[str, Any] | None = None) -> bytes:
+def encode_parquet(records: list[dict[str, Any]], known_types: dict[str, Any] | None = None,
+                   words: bool = False) -> bytes:
     """One Parquet file: the fixed core schema, then passthrough columns with inferred types.
 
     `known_types` (updated in place) remembers each passthrough column's first concrete type so
@@ -162,12 +173,14 @@ def encode_parquet(records: list[dict[str, Any]], known_types: dict[str, Any] | 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = core_schema()
+    words = words or any("words" in r for r in records)
+    schema = core_schema(words)
+    seg_fields = SEGMENT_FIELDS + (("words",) if words else ())
     columns: dict[str, Any] = {}
     for field in schema:
         values = [r.get(field.name) for r in records]
         if field.name == "segments":
-            values = [None if s is None else [{k: seg.get(k) for k in SEGMENT_FIELDS} for seg in s]
+            values = [None if s is None else [{k: seg.get(k) for k in seg_fields} for seg in s]
                       for s in values]
         columns[field.name] = pa.array(values, type=field.type)
     extra_names: list[str] = []
@@ -186,11 +199,11 @@ def encode_parquet(records: list[dict[str, Any]], known_types: dict[str, Any] | 
 
 
 def encode_shard(records: list[dict[str, Any]], fmt: OutputFormat,
-                 known_types: dict[str, Any] | None = None) -> bytes:
+                 known_types: dict[str, Any] | None = None, words: bool = False) -> bytes:
     if fmt == "jsonl":
         return encode_jsonl(records)
     if fmt == "parquet":
-        return encode_parquet(records, known_types)
+        return encode_parquet(records, known_types, words)
     raise ValueError(f"format={fmt!r} is not supported; use one of {FORMATS}")
 
 

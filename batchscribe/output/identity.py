@@ -15,12 +15,14 @@ The inputs may grow: beside each run config the writer keeps its inputs' listing
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from batchscribe.audio.sources.fingerprint import listing_changes
+from batchscribe.config import DecodeOptions
 from batchscribe.output.resume import ResumeConflictError, has_records
 from batchscribe.output.writers import write_json_atomic
 
@@ -41,12 +43,29 @@ FLAGS = {
     "model": "--model", "format": "--format", "inputs": "the inputs", "num_shards": "--num-shards",
     "decode_options.task": "--task", "decode_options.language": "--language",
     "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
+    "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",
     "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
     "source_options.text_column": "--text-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
     "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
     "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
 }  # fmt: skip
+
+
+# Recorded only with word timestamps on: without them they change no record, and folders written
+# before they existed (which lack the keys) resume as they are.
+_WORD_OPTIONS = ("word_timestamps", "prepend_punctuations", "append_punctuations")
+
+
+def decode_identity(options: DecodeOptions) -> dict[str, Any]:
+    """The decoding options as the run config records them (what makes records comparable)."""
+    found = dataclasses.asdict(options)
+    if not options.word_timestamps:
+        for key in _WORD_OPTIONS:
+            found.pop(key)
+    if options.initial_prompt is None:
+        found.pop("initial_prompt")  # as before the option existed
+    return found
 
 
 def run_config_name(prefix: str) -> str:

@@ -12,12 +12,13 @@ from typing import Any
 from batchscribe.model.languages import language_code, language_name
 from batchscribe.segments import Segment, Transcript, clamped_times
 
-_RECORD_KEYS = ("id", "text", "language", "duration", "segments")
+_RECORD_KEYS = ("id", "text", "language", "duration", "segments", "words")
 
 
 def transcript_record(transcript: Transcript, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The record of a finished item (see make_record)."""
-    return make_record(transcript.id, transcript.segments, transcript.language, transcript.duration, extra)
+    return make_record(transcript.id, transcript.segments, transcript.language, transcript.duration, extra,
+                       transcript.word_timestamps)
 
 
 def make_record(
@@ -26,11 +27,13 @@ def make_record(
     language: str,
     duration: float,
     extra: Mapping[str, Any] | None = None,
+    word_timestamps: bool = False,
 ) -> dict[str, Any]:
     """The verbose_json record of one item (OpenAI TranscriptionVerbose plus our `id`).
 
     `language`: a code ("en") or an English name; written as the lowercase name ("english"), as
     the OpenAI API writes it. `extra`: passthrough columns, which must not shadow record fields.
+    `word_timestamps`: add the top-level `words` (every segment's words, without probability).
     """
     code = language_code(language)
     if code is None:
@@ -46,6 +49,10 @@ def make_record(
         # clamp_segments' result as dicts, without the intermediate segments.
         "segments": [seg.as_dict(i, start, end) for i, (seg, (start, end)) in enumerate(zip(segments, times))],
     }
+    if word_timestamps:
+        # The OpenAI API's top-level words (TranscriptionWord: word, start, end), in order.
+        record["words"] = [{"word": w["word"], "start": w["start"], "end": w["end"]}
+                           for seg in segments for w in seg.words or ()]  # fmt: skip
     return _with_extra(record, extra)
 
 

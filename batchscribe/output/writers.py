@@ -114,6 +114,7 @@ class ShardWriter:
         commit_seconds: float = 60.0,
         on_commit: CommitCallback | None = None,
         clock: Callable[[], float] = time.monotonic,
+        words: bool = False,  # word timestamps: Parquet shards carry the words columns
     ) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"format={fmt!r} is not supported; use one of {FORMATS}")
@@ -127,6 +128,7 @@ class ShardWriter:
         self.commit_seconds = commit_seconds
         self.on_commit = on_commit
         self._clock = clock
+        self.words = words
         self._buffer: list[dict[str, Any]] = []
         self._lines: list[str] = []  # JSONL: each buffered record, encoded
         self._first_at = 0.0
@@ -164,7 +166,7 @@ class ShardWriter:
         lines, self._lines = self._lines, []
         name = shard_name(self.prefix, self.next_index, self.fmt)
         try:
-            data = join_jsonl(lines) if self.fmt == "jsonl" else encode_shard(records, self.fmt, self._types)
+            data = join_jsonl(lines) if self.fmt == "jsonl" else encode_shard(records, self.fmt, self._types, self.words)
             write_atomic(self.directory / name, data)
         except BaseException:
             self._buffer = records + self._buffer  # not committed: keep them for a retry

@@ -54,3 +54,32 @@ def records(scheduler: Any, items: Iterable[tuple[str, np.ndarray]], **policy: A
 
 def tokens(records: list[dict]) -> dict[str, list[int]]:
     return {r["id"]: [t for s in r["segments"] for t in s["tokens"]] for r in records}
+
+
+def openai_model(model_dir):
+    """openai-whisper's own Whisper model holding our checkpoint's weights (float32, CPU), with the
+    alignment heads the checkpoint lists: the independent reference for word timestamps."""
+    import json
+
+    import pytest
+    import torch
+
+    whisper_model = pytest.importorskip("whisper.model")
+    from batchscribe.model.dims import ModelDims
+    from batchscribe.weights import load_state_dict
+    from tests.engine.test_windows import _to_openai_names
+
+    config = json.loads((model_dir / "config.json").read_text())
+    d = ModelDims.from_hf_config(config)
+    dims = whisper_model.ModelDimensions(n_mels=d.n_mels, n_audio_ctx=d.n_audio_ctx, n_audio_state=d.n_audio_state,
+                                         n_audio_head=d.n_audio_head, n_audio_layer=d.n_audio_layer,
+                                         n_vocab=d.n_vocab, n_text_ctx=d.n_text_ctx, n_text_state=d.n_text_state,
+                                         n_text_head=d.n_text_head, n_text_layer=d.n_text_layer)  # fmt: skip
+    model = whisper_model.Whisper(dims)
+    model.load_state_dict(_to_openai_names(load_state_dict(model_dir)))
+    heads = json.loads((model_dir / "generation_config.json").read_text())["alignment_heads"]
+    mask = torch.zeros(d.n_text_layer, d.n_text_head, dtype=torch.bool)
+    for layer, head in heads:
+        mask[layer, head] = True
+    model.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
+    return model.eval()

@@ -123,10 +123,10 @@ def test_out_of_memory_shrinks_slots_and_admission_groups(tiny_en_dir, shared_da
     real_init, real_admit = engine_module.Engine.__init__, engine_module.Engine.admit
     admits: list[int] = []
 
-    def init(self, model, spec, config):
+    def init(self, model, spec, config, *rest):  # rest: the alignment heads
         if config.n_slots > 8:
             raise torch.OutOfMemoryError("injected: no room for the caches")
-        real_init(self, model, spec, config)
+        real_init(self, model, spec, config, *rest)
 
     def admit(self, requests, slots):
         admits.append(len(requests))

@@ -79,3 +79,34 @@ def test_parquet_loads_with_datasets(tmp_path: Path) -> None:
     d = datasets.load_dataset("parquet", data_files=str(tmp_path / "*.parquet"), split="train")
     assert d[0]["segments"][0]["tokens"][0] == 50363
     assert d[1]["error"].startswith("bad-0")
+
+
+def _with_words(record: dict) -> dict:
+    words = [{"word": " He", "start": 0.0, "end": 0.3, "probability": 0.9},
+             {"word": " was", "start": 0.3, "end": 0.62, "probability": 0.75}]
+    seg = {**record["segments"][0], "words": words}
+    return {**record, "segments": [seg], "words": [{k: w[k] for k in ("word", "start", "end")} for w in words]}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_word_timestamps_round_trip(tmp_path: Path, fmt: str) -> None:
+    """Records with words (a --word-timestamps run) read back as written and validate as the SDK's
+    type; Parquet shards of such a run share the words columns, an all-error shard included."""
+    import pyarrow.dataset as ds
+
+    records = [_with_words(ok_record(0)), error_record(0), error_record(1)]
+    w = ShardWriter(tmp_path, fmt, shard_size=1 if fmt == "parquet" else 10, words=True)
+    for r in records:
+        w.add(r)
+    w.flush()
+    back = [r for name in w.committed for r in read_shard(tmp_path / name)]
+    assert back == records
+    TranscriptionVerbose.model_validate(back[0])
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        schemas = [pq.read_schema(tmp_path / name) for name in w.committed]
+        assert len(schemas) == 3 and all(s.equals(schemas[0]) for s in schemas)  # error-only shards too
+        schema = ds.dataset(tmp_path, format="parquet").schema
+        assert {f.name for f in schema.field("words").type.value_type} == {"word", "start", "end"}
+        assert "words" in [f.name for f in schema.field("segments").type.value_type]

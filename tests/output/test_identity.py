@@ -132,3 +132,33 @@ def test_inputs_may_grow_but_not_change(tmp_path: Path) -> None:
     text = str(err.value)
     assert f"changed: {data / 'a.flac'}" in text and f"removed: {data / 'b.flac'}" in text
     assert "c.flac" not in text and "--overwrite" in text and "another\n--output" not in text
+
+
+def test_word_timestamps_enter_the_identity_only_when_on(tmp_path: Path) -> None:
+    import dataclasses
+
+    from batchscribe.config import DecodeOptions
+    from batchscribe.output.identity import decode_identity
+
+    off, on = DecodeOptions(), DecodeOptions(word_timestamps=True)
+    # Off: exactly what versions before word timestamps recorded, so their folders resume.
+    assert decode_identity(off) == {k: v for k, v in dataclasses.asdict(off).items()
+                                    if k not in ("word_timestamps", "prepend_punctuations", "append_punctuations",
+                                                 "initial_prompt")}
+    write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(off)})
+    commit(tmp_path, [rec(0)])
+    check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(off)))})
+    with pytest.raises(ResumeConflictError, match=r"decode_options.word_timestamps: before .*, now true \(--word-timestamps\)"):
+        check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(on)))})
+
+
+def test_an_initial_prompt_enters_the_identity_only_when_set(tmp_path: Path) -> None:
+    from batchscribe.config import DecodeOptions
+    from batchscribe.output.identity import decode_identity
+
+    assert "initial_prompt" not in decode_identity(DecodeOptions())
+    write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(DecodeOptions())})
+    commit(tmp_path, [rec(0)])
+    prompted = json.loads(json.dumps(decode_identity(DecodeOptions(initial_prompt="Names: Kenobi."))))
+    with pytest.raises(ResumeConflictError, match=r"decode_options.initial_prompt: .*\(--initial-prompt\)"):
+        check_run_config(tmp_path, {**BASE, "decode_options": prompted})

@@ -23,6 +23,26 @@ RECORDS = [
 ]  # fmt: skip
 
 
+def _words(text: str, start: float, step: float) -> list[dict]:
+    pieces = [" " + w for w in text.split(" ") if w]
+    return [{"word": p, "start": round(start + k * step, 2), "end": round(start + (k + 1) * step, 2),
+             "probability": 0.5} for k, p in enumerate(pieces)]  # fmt: skip
+
+
+# Records with word timestamps: srt and vtt cues come from the words (openai's word path), incl. a
+# segment without words, "-->" in a word, and a line past openai's 1000-character width.
+WORD_RECORDS = [
+    {"text": "", "segments": [
+        {"id": 0, "start": 0.0, "end": 2.5, "text": " Hello there, friend.", "words": _words("Hello there, friend.", 0.1, 0.7)},
+        {"id": 1, "start": 2.5, "end": 2.5, "text": "", "words": []},
+        {"id": 2, "start": 2.6, "end": 3725.0, "text": " a --> b", "words": _words("a --> b", 3599.9, 0.35)},
+        {"id": 3, "start": 3725.0, "end": 3800.0, "text": " long", "words": _words(" ".join(["wordy"] * 400), 3725.0, 0.1)},
+    ]},
+    {"text": "", "segments": [{"id": 0, "start": 0.0, "end": 1.0, "text": " x", "words": []}]},
+]  # fmt: skip
+RECORDS += WORD_RECORDS
+
+
 def _openai(record: dict, fmt: str) -> str:
     writer = whisper_utils.get_writer(fmt, ".")
     out = io.StringIO()

@@ -54,7 +54,9 @@ def test_records_validate_and_stay_in_bounds(tok: Tokenizer, data: st.DataObject
     assert record["text"] == "".join(s.text for s in segments)
     assert [s["id"] for s in record["segments"]] == list(range(len(segments)))
     # The segments are clamp_segments' result as the dataclass defines it, key order included.
-    expected = [{**asdict(s), "tokens": list(s.tokens)} for s in clamp_segments(segments, seconds)]
+    # (`words` only with word timestamps.)
+    expected = [{k: v for k, v in {**asdict(s), "tokens": list(s.tokens)}.items() if k != "words"}
+                for s in clamp_segments(segments, seconds)]
     assert json.dumps(record["segments"]) == json.dumps(expected)
     previous_end = 0.0
     for s in record["segments"]:

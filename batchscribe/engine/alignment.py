@@ -1,0 +1,142 @@
+"""The alignment pass for word timestamps: a teacher-forced decoder pass over many finished windows
+at once, reading the cross-attention of the model's alignment heads (openai-whisper's
+find_alignment, batched).
+
+Each window's audio goes through the engine's own log-mel and encoder again (so the features are
+the ones its tokens were decoded from), then the decoder runs once over every window's padded token
+sequence `prefix + <|notimestamps|> + text + <|endoftext|>`, causally masked, so padding after a
+window's tokens changes none of its rows. Only the alignment heads' softmax(QK^T) is formed
+explicitly (in float32); every other attention is SDPA. The per-window normalisation that follows
+is openai's: softmax over the window's real frames, standardised over tokens, median-filtered along
+time (width 7), averaged over the heads. DTW and the word rules run on the host (batchscribe.words).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from batchscribe.constants import N_SAMPLES
+from batchscribe.model.whisper import Whisper
+
+MEDIAN_WIDTH = 7  # openai find_alignment's medfilt_width
+
+
+@dataclass(frozen=True)
+class AlignWindow:
+    """One finished window whose words are to be timed."""
+
+    audio: np.ndarray  # [n <= N_SAMPLES] float32: the window's samples
+    prefix: tuple[int, ...]  # the sot sequence it was decoded with (language token filled in)
+    text_tokens: tuple[int, ...]  # every segment's text tokens (< eot), in order
+    num_frames: int  # mel frames of real audio in the window (<= 3000)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    matrix: np.ndarray  # [1 + len(text_tokens), num_frames // 2] float32: rows from <|notimestamps|>
+    token_probs: list[float]  # P(text token k | the tokens before it), teacher-forced
+
+
+def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Running median of odd `width` along the last dimension of x [..., T], edges mirrored; x as
+    it is when T is too short to mirror (as openai's median_filter)."""
+    half = width // 2
+    if x.shape[-1] <= half:
+        return x
+    shape = x.shape
+    padded = F.pad(x.reshape(1, -1, shape[-1]), (half, half), mode="reflect").reshape(*shape[:-1], -1)
+    return padded.unfold(-1, width, 1).sort(dim=-1).values[..., half]
+
+
+class Aligner:
+    """Times words on the engine's model and encoder; `__call__` takes any number of windows and
+    runs them `max_batch` at a time."""
+
+    def __init__(
+        self,
+        model: Whisper,
+        features: Callable[[torch.Tensor], torch.Tensor],  # [B, N_SAMPLES] -> [B, n_mels, 3000]
+        encode: Callable[[torch.Tensor], torch.Tensor],  # mel -> [B, n_audio_ctx, n_state]
+        heads: Sequence[tuple[int, int]],  # (layer, head)
+        eot: int,
+        no_timestamps: int,
+        max_batch: int = 16,
+    ):
+        self.model, self.features, self.encode = model, features, encode
+        self.heads = tuple(heads)
+        self.eot, self.no_timestamps, self.max_batch = eot, no_timestamps, max_batch
+        self.dtype = next(model.parameters()).dtype
+        self.device = next(model.parameters()).device
+        # Per layer, the heads read there, and where their rows go in the stacked weights.
+        self._by_layer: dict[int, list[int]] = {}
+        for layer, head in self.heads:
+            self._by_layer.setdefault(layer, []).append(head)
+
+    @torch.no_grad()
+    def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
+        out: list[Alignment] = []
+        for start in range(0, len(windows), self.max_batch):
+            out.extend(self._batch(windows[start : start + self.max_batch]))
+        return out
+
+    def _sequences(self, windows: Sequence[AlignWindow]) -> tuple[torch.Tensor, list[int]]:
+        """Padded token rows [B, L] (long, on the device) and each row's real length."""
+        rows = [[*w.prefix, self.no_timestamps, *w.text_tokens, self.eot] for w in windows]
+        length = max(map(len, rows))
+        tokens = torch.full((len(rows), length), self.eot, dtype=torch.long)
+        for b, row in enumerate(rows):
+            tokens[b, : len(row)] = torch.tensor(row)
+        return tokens.to(self.device), [len(r) for r in rows]
+
+    def _audio(self, windows: Sequence[AlignWindow]) -> torch.Tensor:
+        audio = torch.zeros(len(windows), N_SAMPLES, dtype=torch.float32)
+        for b, w in enumerate(windows):
+            audio[b, : len(w.audio)] = torch.from_numpy(np.ascontiguousarray(w.audio[:N_SAMPLES]))
+        return audio.to(self.device)
+
+    def _batch(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
+        tokens, lengths = self._sequences(windows)
+        enc = self.encode(self.features(self._audio(windows)).to(self.dtype))  # [B, n_audio_ctx, d]
+        hidden, qk = self._decode(tokens, enc)  # [B, L, d], [B, n_heads, L, n_audio_ctx] float32
+        weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
+        results = []
+        for b, w in enumerate(windows):
+            n_prefix, n_text = len(w.prefix), len(w.text_tokens)
+            # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on.
+            logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
+            probs = logits.softmax(dim=-1)[torch.arange(n_text, device=logits.device),
+                                           torch.tensor(w.text_tokens, device=logits.device)]  # fmt: skip
+            frames = w.num_frames // 2
+            attn = qk[b, :, : lengths[b], :frames].softmax(dim=-1)  # [n_heads, L_b, frames]
+            std, mean = torch.std_mean(attn, dim=-2, keepdim=True, unbiased=False)
+            attn = median_filter((attn - mean) / std, MEDIAN_WIDTH)
+            matrix = attn.mean(dim=0)[n_prefix:-1]  # [1 + n_text, frames]
+            results.append(Alignment(matrix.cpu().numpy(), probs.cpu().tolist()))
+        return results
+
+    def _decode(self, tokens: torch.Tensor, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder over whole sequences: tokens [B, L], enc [B, n_audio_ctx, d] -> the final
+        hidden states [B, L, d] (after the last layer norm) and the alignment heads' QK^T / sqrt(D)
+        [B, n_heads, L, n_audio_ctx] in float32, in `heads` order."""
+        dec = self.model.decoder
+        length = tokens.shape[1]
+        x = dec.embed_tokens(tokens) + dec.embed_positions.weight[:length]
+        picked: dict[tuple[int, int], torch.Tensor] = {}
+        for i, layer in enumerate(dec.layers):
+            attn = layer.self_attn
+            h = layer.self_attn_layer_norm(x)
+            q, k, v = (attn.heads(p(h)).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+            x = x + attn.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
+            cross = layer.encoder_attn
+            q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [B, H, L, D]
+            k, v = (cross.heads(p(enc)).transpose(1, 2) for p in (cross.k_proj, cross.v_proj))
+            for head in self._by_layer.get(i, ()):
+                picked[(i, head)] = (q[:, head].float() @ k[:, head].float().transpose(-1, -2)) * cross.head_dim**-0.5
+            x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
+            x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
+        return dec.layer_norm(x), torch.stack([picked[h] for h in self.heads], dim=1)

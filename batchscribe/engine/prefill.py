@@ -1,0 +1,57 @@
+"""Prefill: an initial prompt's self-attention K/V written into the slots in one decoder pass.
+
+A window decoded with an initial prompt (`--initial-prompt`) starts `<|startofprev|> prompt...
+<|startoftranscript|> ...` as openai's DecodingTask builds it. Feeding the up to 224 prompt tokens
+one per decode step would cost as many steps as the transcript itself; instead, right after
+admission encodes the group, one causal pass over the group's padded prompt rows computes every
+layer's K/V at positions [0, sot) and writes them into the slots' self-attention cache, and the
+slots start stepping at <|startoftranscript|>. Rows shorter than the longest prompt write K/V past
+their own sot too; those positions are written again by the step that feeds them before any query
+reads them (the self-attention mask stops at the row's position), so they never count.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from batchscribe.model.cache import DecoderCache
+from batchscribe.model.whisper import Whisper
+
+
+def _cross_rows(cache_kv: torch.Tensor, slots: torch.Tensor, hnd: bool, like: torch.Tensor) -> torch.Tensor:
+    """The slots' cross K or V as [G, H, n_audio_ctx, D] in the query's dtype (fp8 upcast, scale 1)."""
+    rows = cache_kv[slots]
+    rows = rows if hnd else rows.transpose(1, 2)
+    return rows if rows.dtype == like.dtype else rows.to(like.dtype)
+
+
+@torch.no_grad()
+def prefill_prompts(
+    model: Whisper,
+    cache: DecoderCache,
+    tokens: torch.Tensor,  # [G, P] long: each row's tokens from position 0, padded to P (its longest sot)
+    slots: torch.Tensor,  # [G] long: where the rows' K/V go (cross K/V already written there)
+) -> None:
+    """Write self-attention K/V for positions [0, P) of each row into `slots` of `cache`."""
+    dec = model.decoder
+    length = tokens.shape[1]
+    positions = torch.arange(length, device=tokens.device)
+    x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [G, P, d]
+    where = (slots[:, None], positions[None, :])  # index [G, P] into [n_slots, n_text_ctx]
+    for i, layer in enumerate(dec.layers):
+        attn = layer.self_attn
+        h = layer.self_attn_layer_norm(x)
+        q, k, v = (attn.heads(p(h)) for p in (attn.q_proj, attn.k_proj, attn.v_proj))  # [G, P, H, D]
+        cache.self_k[i].index_put_(where, k.to(cache.self_k[i].dtype))
+        cache.self_v[i].index_put_(where, v.to(cache.self_v[i].dtype))
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + attn.out_proj(out.transpose(1, 2).flatten(2))
+        if i == len(dec.layers) - 1:
+            break  # the last layer's K/V are written; what follows feeds no cache
+        cross = layer.encoder_attn
+        q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [G, H, P, D]
+        ck = _cross_rows(cache.cross_k[i], slots, cache.cross_hnd, q)
+        cv = _cross_rows(cache.cross_v[i], slots, cache.cross_hnd, q)
+        x = x + cross.out_proj(F.scaled_dot_product_attention(q, ck, cv).transpose(1, 2).flatten(2))
+        x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
