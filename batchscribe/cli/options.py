@@ -75,8 +75,9 @@ Gpus = Annotated[str | None, typer.Option("--gpus", metavar="all|N|LIST", help="
 # Testing only: --gpus's children on these devices (e.g. cpu,cpu), so the planning and restart
 # paths run end to end without CUDA. Hidden: the user-facing --gpus still refuses a host without CUDA.
 FleetDevices = Annotated[str | None, typer.Option("--fleet-devices", hidden=True)]
-Ray = Annotated[str | None, typer.Option("--ray", metavar="[ADDRESS]", is_flag=False, flag_value="local",
-                                         help="Run on Ray Data: --ray alone starts a local cluster; --ray ADDRESS "
-                                         "(or auto) joins one (needs the ray extra).", show_default=False)]
+# `--ray` alone means `--ray local`: cli.main() supplies the value (Typer has no optional values).
+Ray = Annotated[str | None, typer.Option("--ray", metavar="[ADDRESS]", help="Run on Ray Data: --ray alone (or "
+                                         "--ray local) starts a local cluster; --ray ADDRESS (or auto) joins one "
+                                         "(needs the ray extra).", show_default=False)]
 RayWorkers = Annotated[int | None, typer.Option("--ray-workers", help="Transcribing Ray actors (one engine each; "
                                                 "one GPU each on a GPU cluster); default 1.", show_default=False)]

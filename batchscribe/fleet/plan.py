@@ -37,15 +37,15 @@ def parse_gpus(spec: str, available: int) -> tuple[int, ...]:
     if text == "all":
         return tuple(range(available))
     try:
-        if "," in text:
-            wanted = tuple(int(p) for p in text.split(",") if p.strip())
-        else:
-            count = int(text)
-            if count < 1:
-                raise ConfigError(f"--gpus {spec}: give a GPU count >= 1, a list such as 0,1,3, or all")
-            wanted = tuple(range(count))
+        numbers = tuple(int(p) for p in text.split(",") if p.strip())
     except ValueError:
         raise ConfigError(f"--gpus {spec!r} is not all, a count or a list of GPU indices (such as 0,1,3)") from None
+    if "," in text:
+        wanted = numbers
+    elif numbers and numbers[0] >= 1:
+        wanted = tuple(range(numbers[0]))
+    else:
+        raise ConfigError(f"--gpus {spec}: give a GPU count >= 1, a list such as 0,1,3, or all")
     if len(set(wanted)) != len(wanted):
         raise ConfigError(f"--gpus {spec}: a GPU is listed twice; list each index once")
     bad = [g for g in wanted if not 0 <= g < available]
