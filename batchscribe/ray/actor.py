@@ -58,7 +58,7 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
         text = batch[text_column][i] if text_column else None
         out["id"].append(item_id)
         out["samples"].append(None if samples is None else samples.tobytes())
-        out["error"].append(error)
+        out["error"].append(None if error is None else f"{item_id}: {error}")  # as the decode pool names it
         out["reference"].append(None if text is None else str(text))
         out["extra"].append(json.dumps({c: jsonable(_plain(batch[c][i])) for c in passthrough}))
     return {k: np.array(v, dtype=object) for k, v in out.items()}

@@ -1,0 +1,127 @@
+"""`run --ray` on a real local Ray cluster (2 CPUs) with the real tiny.en, against plain runs of the
+same rows: exactly one record per id, equal to the plain run's, after an actor is killed mid-run and
+after the driver is. The cluster is started once for the module and shut down after it; each CLI
+run joins it by address (a fresh `--ray` local cluster per run would cost seconds each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.system.runs import RUN_TIMEOUT_S, command, committed, outcome, shards
+
+ray = pytest.importorskip("ray", reason="the ray extra (pip install 'batchscribe[ray]') is not installed")
+ROWS = 40
+
+
+@pytest.fixture(scope="module")
+def cluster() -> str:
+    import logging
+
+    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=256 * 1024**2, logging_level=logging.WARNING,
+             log_to_driver=False)  # fmt: skip
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def rows(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The first 40 real test-other rows (id, audio, text), as the shared Parquet holds them."""
+    import pyarrow.parquet as pq
+
+    src = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    if not src.is_file():
+        pytest.skip(f"shared data lacks {src}")
+    path = tmp_path_factory.mktemp("ray") / "rows.parquet"
+    pq.write_table(pq.read_table(src, columns=["id", "audio", "text"]).slice(0, ROWS), path, row_group_size=64)
+    return path
+
+
+def _records(out: Path) -> dict[str, str]:
+    return {r["id"]: json.dumps(r, sort_keys=True) for r in committed(out)}  # committed(): no id twice
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=2 * RUN_TIMEOUT_S)
+
+
+def test_two_actors_over_40_rows_equal_a_plain_run(rows: Path, model_cache: Path, cluster: str,
+                                                    tmp_path: Path) -> None:  # fmt: skip
+    plain = _run(command(rows, tmp_path / "plain", model_cache, "jsonl", 8, 1)[:-1])  # with its WER report
+    assert plain.returncode == 0, plain.stderr
+    on_ray = _run([*command(rows, tmp_path / "ray", model_cache, "jsonl", 8, 0)[:-1], "--ray", cluster,
+                   "--ray-workers", "2"])  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr
+    got, want = _records(tmp_path / "ray"), _records(tmp_path / "plain")
+    assert len(want) == ROWS and got == want  # every record, field for field
+    summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
+    assert (summary["status"], summary["items"], summary["ray"]["workers"]) == ("complete", ROWS, 2)
+    for name in ("summary.json", "eval/report.json"):
+        assert (tmp_path / "ray" / name).is_file(), name  # the summary and WER report, as a plain run writes
+    assert json.loads((tmp_path / "ray" / "eval/report.json").read_text())["wer"] == pytest.approx(
+        json.loads((tmp_path / "plain" / "eval/report.json").read_text())["wer"])
+    again = _run([*command(rows, tmp_path / "ray", model_cache, "jsonl", 8, 0), "--ray", cluster])
+    assert again.returncode == 0 and "nothing left to do" in again.stderr, again.stderr
+
+
+def _actor_pids() -> list[int]:
+    """The transcribing actors' processes (Ray names them by their class in the process title)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and b"MapBatches(Transcribe)" in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def _start_and_wait(cmd: list[str], out: Path, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while not (out.exists() and shards(out)):  # a shard committed: the run is under way
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("victim", ["actor", "driver"])
+def test_killed_mid_run_then_rerun_is_exactly_once(victim: str, clips: Path, model_cache: Path,
+                                                   reference: dict[str, str], cluster: str,
+                                                   tmp_path: Path) -> None:  # fmt: skip
+    out, log = tmp_path / "out", tmp_path / "run.stderr"
+    cmd = [*command(clips, out, model_cache, "jsonl", 1, 0), "--ray", cluster, "--ray-workers", "2"]
+    proc = _start_and_wait(cmd, out, log)
+    try:
+        if victim == "actor":
+            pids = _actor_pids()
+            assert pids, "no transcribing actor found"
+            os.kill(pids[0], signal.SIGKILL)  # Ray restarts it and redoes its task
+        else:
+            proc.kill()  # the driver: its job's actors go with it
+        code = proc.wait(timeout=RUN_TIMEOUT_S)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    done = committed(out)  # whole shards only, no id twice
+    assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
+    if victim == "actor":
+        assert code in (0, 1), log.read_text()  # 1: Ray gave up on the task; the rerun finishes it
+    rerun = _run(cmd)
+    assert rerun.returncode == 0, rerun.stderr
+    records = committed(out)
+    assert {r["id"]: outcome(r) for r in records} == reference  # nothing lost, nothing twice
+    listed = [json.loads(line)["shard"] for line in (out / "_manifest.ndjson").read_text().splitlines()]
+    assert sorted(listed) == [p.name for p in shards(out)]
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["status"], summary["items"]) == ("complete", len(reference))
