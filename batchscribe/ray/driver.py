@@ -114,12 +114,12 @@ def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, 
                progress: ProgressCallback | None = None) -> RunResult:  # fmt: skip
     """Like `run.run`, on Ray Data; the same errors, summary and exit paths."""
     _check_options(opts)
-    ray = import_ray()
     output_dir = Path(output_dir)
     start_wall, start_time = time.monotonic(), now_iso()
     source = dataclasses.replace(opts.source, exclude=(os.path.realpath(output_dir),))
     files = parquet_files(inputs, source.exclude)
     cols = _columns(files, opts)
+    ray = import_ray()  # after the inputs' checks: those errors come at once
     listing = inputs_listing(inputs, source.exclude)
     config = run_config(inputs, opts, listing)
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
