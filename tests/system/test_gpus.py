@@ -79,6 +79,13 @@ def test_two_children_equal_a_plain_run_and_a_killed_child_is_restarted(
     # Each child kept its own summary too, and they add up to the run's.
     parts = [json.loads((out / f"summary-{p}.json").read_text()) for p in PREFIXES]
     assert sum(p["items"] for p in parts) == len(reference)
+    # The split is part of the folder's identity: another GPU count (or a plain run) is refused.
+    for other in (["--fleet-devices", "cpu"], []):
+        refused = subprocess.run(command(clips, out, model_cache, "jsonl", 2, 0, *other), capture_output=True,
+                                 text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, "COLUMNS": "400"})  # fmt: skip
+        assert refused.returncode == 2, refused.stderr
+        assert "num_shards: before 2, now 1" in refused.stderr and "--gpus" in refused.stderr, refused.stderr
+    assert {r["id"]: outcome(r) for r in committed(out)} == reference  # nothing changed
 
 
 def test_sigterm_to_the_parent_stops_every_child_then_a_rerun_resumes(
