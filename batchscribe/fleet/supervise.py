@@ -91,7 +91,9 @@ class Supervisor:
                 raise
             finally:
                 summary = self._summary(status, start_time, before)
-                write_summary(self.output_dir, summary, summary_name(self.prefix))
+                if before["items"] or any(c.progress or c.summary or c.carried for c in self.children):
+                    # (a usage error in every child, before any record: nothing is written, as in a plain run)
+                    write_summary(self.output_dir, summary, summary_name(self.prefix))
         if failure is not None:
             raise self._failure_error(failure)
         shards = tuple(sorted(set(self._shard_names()) - set(before["names"])))

@@ -170,3 +170,15 @@ def test_gpus_one_equals_the_plain_run_on_cuda(clips: Path, model_cache: Path, t
 
     assert records(tmp_path / "gpus") == records(tmp_path / "plain")
     assert json.loads((tmp_path / "gpus" / "summary.json").read_text())["gpus"][0]["device"] == "cuda:0"
+
+
+def test_a_usage_error_in_the_children_is_the_runs_and_writes_nothing(clips: Path, model_cache: Path,
+                                                                      tmp_path: Path) -> None:  # fmt: skip
+    out = tmp_path / "out"
+    cmd = command(clips, out, model_cache, "jsonl", 2, 0, *FLEET, "--audio-column", "nope")
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env={**os.environ,
+                                                                                            "COLUMNS": "400"})
+    assert done.returncode == 2, done.stderr
+    assert "the --gpus child on cpu" in done.stderr and "no audio column 'nope'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    assert not shards(out) and not (out / "summary.json").exists()
