@@ -4,7 +4,7 @@
 records exactly once into OUT (driver.py, commit.py). In your own Ray Data pipeline, use the stages
 directly (actor.py); this module does not import ray itself.
 
-A complete example (a local cluster; on a cluster, `ray.init("auto")` and `num_gpus=1`)::
+A complete example (runs as it is on a laptop; on a cluster, `ray.init("auto")`)::
 
     import json
 
@@ -13,17 +13,19 @@ A complete example (a local cluster; on a cluster, `ray.init("auto")` and `num_g
     from batchscribe.ray import Transcribe, decode_batch
 
     ray.init()
-    ds = ray.data.read_parquet("data/test-*.parquet", columns=["id", "audio", "text"])
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    ds = ray.data.read_parquet("data/test-*.parquet").select_columns(["id", "audio", "text"])
     # CPU tasks: encoded audio ({bytes, path} structs, bytes or paths) -> 16 kHz float32 samples
-    ds = ds.map_batches(decode_batch, batch_size=16, fn_kwargs={"text_column": "text"})
-    # one engine per actor, the model loaded once per actor
-    ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en", "device": "auto"},
-                        batch_size=256, num_gpus=1, concurrency=4)
+    ds = ds.map_batches(decode_batch, batch_size=16, num_cpus=0.25, fn_kwargs={"text_column": "text"})
+    # One engine per actor, the model loaded once per actor: one GPU each, or half a CPU each on
+    # a CPU-only machine (whole CPUs for every actor would leave none for the read and decode tasks).
+    ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en"}, batch_size=256 if gpus else 32,
+                        num_gpus=gpus, num_cpus=1 if gpus else 0.5, concurrency=2)
     for row in ds.iter_rows():  # id, text, error (None when ok), record (the verbose_json record)
         record = json.loads(row["record"])
-        print(row["id"], row["text"] if row["error"] is None else row["error"])
+        print(row["id"], record["duration"], row["text"] if row["error"] is None else row["error"])
 
-    ds.write_parquet("transcripts/")  # or keep the columns you need; `record` is JSON text
+    # or ds.write_parquet("transcripts/"): `record` is JSON text, `text` and `error` plain columns
 
 `Transcribe` also takes the rows undecoded (an `audio` column), decoding them in the actor.
 Writing with `ds.write_*` is at-least-once (a retried task may write its rows again); for exactly

@@ -131,6 +131,7 @@ def test_killed_mid_run_then_rerun_is_exactly_once(victim: str, clips: Path, mod
             os.killpg(proc.pid, signal.SIGKILL)
     done = committed(out)  # whole shards only, no id twice
     assert {r["id"]: outcome(r) for r in done}.items() <= reference.items()
+    print(f"{victim} killed: the run exited {code} with {len(done)} of {len(reference)} records committed")
     if victim == "actor":
         assert code in (0, 1), log.read_text()  # 1: Ray gave up on the task; the rerun finishes it
     rerun = _run(cmd)
@@ -157,3 +158,22 @@ def test_one_gpu_actor_equals_the_plain_run(clips: Path, model_cache: Path, clus
     assert on_ray.returncode == 0, on_ray.stderr
     got, want = _records(tmp_path / "x"), _records(plain_out)
     assert got.keys() == want.keys() and [i for i in want if not _same(got[i], want[i])] == []
+
+
+def test_the_documented_example_runs_as_written(clips: Path, model_cache: Path, reference: dict[str, str],
+                                                tmp_path: Path) -> None:  # fmt: skip
+    """batchscribe.ray's docstring example, run in a fresh process (its own local cluster) on the
+    clips: every id once, with the plain run's text or error."""
+    import batchscribe.ray
+
+    doc = batchscribe.ray.__doc__ or ""
+    body = doc.split("::\n", 1)[1].split("\n\n    # or ds.write_parquet", 1)[0]
+    code = "\n".join(line[4:] for line in body.splitlines()).replace("data/test-*.parquet", str(clips))
+    code = code.replace("ray.init()", "ray.init(num_cpus=2, include_dashboard=False)")  # a small cluster
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=2 * RUN_TIMEOUT_S,
+                          env={**os.environ, "BATCHSCRIBE_CACHE": str(model_cache)})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split(" ", 2) for line in done.stdout.splitlines() if line.split(" ", 1)[0] in reference]
+    assert sorted(i for i, _, _ in lines) == sorted(reference)  # each id once
+    got = {i: f"ERROR {text}" if reference[i].startswith("ERROR ") else text for i, _, text in lines}
+    assert got == reference
