@@ -188,8 +188,12 @@ class _Stages:
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
         slots = engine.batch_size or (128 if self.gpus else 16)
+        # Rows per actor call. Each call drains the engine before the next begins, so more rows waste
+        # less of the tail; fewer rows spread a small input over every actor (on the CPU, at 40 rows,
+        # 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
+        rows = 2 * slots if self.gpus else slots
         ds = ds.map_batches(
-            Transcribe, batch_size=2 * slots, compute=data.ActorPoolStrategy(size=self.plan.workers), num_gpus=self.gpus,
+            Transcribe, batch_size=rows, compute=data.ActorPoolStrategy(size=self.plan.workers), num_gpus=self.gpus,
             num_cpus=GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS,
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True,
