@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from batchscribe.audio.sources import SourceItem, shard_of
+from batchscribe.audio.sources import SourceError, SourceItem, shard_of
 from batchscribe.audio.worker import decode_one
 from batchscribe.config import DecodeOptions, EngineOptions
 from batchscribe.output.formats import jsonl_line
@@ -47,6 +47,11 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
     """Rows -> `id, samples (float32 bytes) | error, reference, extra (JSON)`. Rows whose id is in
     `skip` (committed by an earlier run) or in another `--num-shards` part are dropped here, before
     any decoding. A bad file becomes an error (the plain run's message), never an exception."""
+    missing = [c for c in (id_column, audio_column, text_column, *passthrough) if c is not None and c not in batch]
+    if missing:
+        raise SourceError(f"decode_batch: no column {', '.join(map(repr, missing))} in the rows (columns: "
+                          f"{', '.join(batch)}); name the right one with id_column=, audio_column=, text_column= "
+                          "or passthrough=, or select it when reading")
     out: dict[str, list[Any]] = {"id": [], "samples": [], "error": [], "reference": [], "extra": []}
     ids = batch[id_column]
     for i in range(len(ids)):

@@ -77,3 +77,11 @@ def test_ray_refuses_inputs_it_cannot_read_before_anything_is_written(tmp_path: 
         result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")], env={"COLUMNS": "300"})
         assert result.exit_code == 2 and says in result.output, result.output
         assert not (tmp_path / "out").exists()
+
+
+def test_decode_batch_names_a_missing_column() -> None:
+    from batchscribe.audio.sources import SourceError
+
+    batch = {"id": np.array(["a"], dtype=object), "audio": np.array([_flac(0.1)], dtype=object)}
+    with pytest.raises(SourceError, match=r"no column 'text'.*columns: id, audio.*text_column="):
+        decode_batch(batch, text_column="text")

@@ -164,11 +164,17 @@ def test_the_documented_example_runs_as_written(clips: Path, model_cache: Path, 
                                                 tmp_path: Path) -> None:  # fmt: skip
     """batchscribe.ray's docstring example, run in a fresh process (its own local cluster) on the
     clips: every id once, with the plain run's text or error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     import batchscribe.ray
 
+    table = pq.read_table(clips)  # the example reads a `text` column too
+    data = tmp_path / "test-clips.parquet"
+    pq.write_table(table.append_column("text", pa.array([f"ref {i}" for i in table["id"].to_pylist()])), data)
     doc = batchscribe.ray.__doc__ or ""
     body = doc.split("::\n", 1)[1].split("\n\n    # or ds.write_parquet", 1)[0]
-    code = "\n".join(line[4:] for line in body.splitlines()).replace("data/test-*.parquet", str(clips))
+    code = "\n".join(line[4:] for line in body.splitlines()).replace("data/test-*.parquet", str(data))
     code = code.replace("ray.init()", "ray.init(num_cpus=2, include_dashboard=False)")  # a small cluster
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=2 * RUN_TIMEOUT_S,
                           env={**os.environ, "BATCHSCRIBE_CACHE": str(model_cache)})  # fmt: skip
