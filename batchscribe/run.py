@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +45,7 @@ from batchscribe.output.resume import (
     summary_name,
 )
 from batchscribe.output.retry import retry_errors
-from batchscribe.output.verbose_json import make_error_record
+from batchscribe.output.records import error_record, jsonable, merge_record, now_iso
 from batchscribe.output.writers import ShardWriter, write_summary
 from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, nothing_left_summary, run_summary
 from batchscribe.version import __version__
@@ -184,32 +183,32 @@ def run(
     writing the summary) on SIGINT / SIGTERM.
     """
     output_dir = Path(output_dir)
-    start_wall, start_time = time.monotonic(), _now()
+    start_wall, start_time = time.monotonic(), now_iso()
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
     plan = _DecodePlan.for_run(opts)
     # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
     source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
     listing = inputs_listing(inputs, source.exclude)
     config = run_config(inputs, opts, listing)
-    with lock_output(output_dir, prefix) as lock, _sigterm_as_interrupt():
-        state = _checked_state(output_dir, prefix, config, opts, lock, listing)
+    with lock_output(output_dir, prefix) as lock, sigterm_as_interrupt():
+        state = checked_state(output_dir, prefix, config, opts, lock, listing)
         items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
         skipped = 0
         if not (opts.overwrite or opts.retry_errors):
             skipped, pending = first_pending(items, state.completed)
             if pending is None:
-                return _nothing_left(state, opts, skipped, start_wall, start_time)
+                return nothing_left(state, opts, skipped, start_wall, start_time)
             items = pending
         load_start = time.monotonic()
         transcriber = (transcriber_factory or default_transcriber)(opts)
         if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
             transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
         load_seconds = time.monotonic() - load_start
-        described = _jsonable(transcriber.describe())
+        described = jsonable(transcriber.describe())
         if not opts.overwrite:
             check_engine_identity(output_dir, described.get("identity"))
         # Every check has passed: from here on the folder is changed.
-        retried = _prepare(state, opts, lock)
+        retried = prepare_folder(state, opts, lock)
         write_run_config(output_dir, {**config, "engine": described.get("identity"),
                                       "model_info": described.get("model")}, prefix, listing)  # fmt: skip
         writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
@@ -230,7 +229,7 @@ def run(
     return RunResult(output_dir, summary, tuple(writer.committed))
 
 
-def _nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
+def nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
                   start_time: str) -> RunResult:  # fmt: skip
     """Every item already has a committed record: the folder is tidied and its summary rewritten,
     and the model is never loaded (a plain rerun past --max-errors still stops, as any rerun does)."""
@@ -250,7 +249,7 @@ def _nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall
     return RunResult(state.directory, summary, ())
 
 
-def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
+def checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
                    lock: OutputLock, listing: dict[str, str]) -> OutputState:  # fmt: skip
     """What the writer's folder holds, checked against this run; reads only."""
     if opts.overwrite:
@@ -263,7 +262,7 @@ def _checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: 
     return state
 
 
-def _prepare(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:
+def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:
     """The first changes to the folder: --overwrite's deletion, or repairs and --retry-errors.
     Returns how many error records are to be redone."""
     if opts.overwrite:
@@ -295,7 +294,7 @@ def _run_pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sin
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt() -> Iterator[None]:
+def sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as SIGINT does, so the
     same path commits and writes the summary; a second SIGTERM kills as usual."""
     if threading.current_thread() is not threading.main_thread():
@@ -356,7 +355,7 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: S
             if sink.stop:
                 return
             if d.error is not None or d.audio is None:
-                sink.add(_error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
+                sink.add(error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
                 continue
             pending[d.id] = (d.text, dict(d.extra))
             yield d.id, d.audio
@@ -366,37 +365,8 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: S
         if item_id not in pending:
             raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
         text, extra = pending.pop(item_id)
-        sink.add(_merge(rec, text, extra))
+        sink.add(merge_record(rec, text, extra))
     for item_id, (text, extra) in pending.items():
         # Never lose an id: a transcriber that drops one yields an error record, not a gap.
-        sink.add(_error_record(item_id, "the transcriber returned no record for this item "
+        sink.add(error_record(item_id, "the transcriber returned no record for this item "
                                         "(internal error); please report it", text, extra))  # fmt: skip
-
-
-def _merge(rec: dict[str, Any], text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"id": str(rec["id"])}
-    out.update((k, v) for k, v in rec.items() if k != "id")
-    if text is not None:
-        out["reference"] = text
-    out.update(extra)
-    return out
-
-
-def _error_record(item_id: str, error: str, text: str | None, extra: dict[str, Any]) -> dict[str, Any]:
-    return _merge(make_error_record(item_id, error), text, extra)
-
-
-def _jsonable(obj: Any) -> Any:
-    if obj is None or isinstance(obj, (str, int, float, bool)):
-        return obj
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable(dataclasses.asdict(obj))
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return str(obj)
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")

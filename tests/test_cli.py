@@ -268,7 +268,9 @@ def test_help_is_legible_at_80_columns(command: list[str]) -> None:
     if command:
         cmd = cmd.commands[command[0]]  # type: ignore[attr-defined]
     # typer vendors its own click: options are told apart by their kind, not by click's class.
-    flags = [o for p in cmd.params if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)]
+    # (a hidden option, --fleet-devices, is a testing hook and not in the help)
+    flags = [o for p in cmd.params if p.param_type_name == "option" and not getattr(p, "hidden", False)
+             for o in (*p.opts, *p.secondary_opts)]
     assert flags and all(re.search(rf"(?<![\w-]){re.escape(f)}(?![\w-])", text) for f in flags), (flags, text)
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "…" not in text and "<bool>" not in text and "[bold]" not in text
@@ -399,3 +401,12 @@ def test_save_to_disk_records_are_named_by_their_audio_files(tmp_path: Path, fak
                                  "--no-progress", "--no-report"], env={"COLUMNS": "200"})  # fmt: skip
     assert result.exit_code == 0, result.output
     assert sorted(r["id"] for r in read_all(tmp_path / "o")) == sorted(Path(p).stem for p in paths)
+
+
+def test_ray_without_an_address_means_a_local_cluster() -> None:
+    from batchscribe.cli import optional_ray_address
+
+    assert optional_ray_address(["run", "x", "--ray"]) == ["run", "x", "--ray", "local"]
+    assert optional_ray_address(["run", "x", "--ray", "--ray-workers", "2"]) == [
+        "run", "x", "--ray", "local", "--ray-workers", "2"]
+    assert optional_ray_address(["run", "x", "--ray", "10.0.0.1:6379"]) == ["run", "x", "--ray", "10.0.0.1:6379"]

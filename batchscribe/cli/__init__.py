@@ -15,8 +15,21 @@ from batchscribe.cli import export_cmd  # noqa: F401
 from batchscribe.cli.app import _Bar, app
 from batchscribe.cli_text import demo_manifest
 
-__all__ = ["app", "main", "demo_manifest", "_Bar"]
+__all__ = ["app", "main", "demo_manifest", "optional_ray_address", "_Bar"]
 
 
 def main() -> None:
-    app()
+    import sys
+
+    app(args=optional_ray_address(sys.argv[1:]))
+
+
+def optional_ray_address(args: list[str]) -> list[str]:
+    """`--ray` with no value (last, or before another option) becomes `--ray local`: Typer has no
+    options whose value is optional, and `--ray [ADDRESS]` is how Ray users spell it."""
+    out: list[str] = []
+    for k, arg in enumerate(args):
+        out.append(arg)
+        if arg == "--ray" and (k + 1 == len(args) or args[k + 1].startswith("-")):
+            out.append("local")
+    return out

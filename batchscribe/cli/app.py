@@ -97,6 +97,8 @@ def _handled() -> Iterator[None]:
         # unreadable checkpoint, model file whose sha256 differs from the pinned one.
         if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
             _die(str(exc), 2)
+        if type(exc).__name__ in ("FleetError", "RayRunError"):  # a --gpus child or Ray failed: imported lazily
+            _die(str(exc), 1)
         raise
 
 

@@ -73,3 +73,15 @@ ShowProgress = Annotated[bool, typer.Option("--progress/--no-progress", help="Sh
 Report = Annotated[bool, typer.Option("--report/--no-report", help="Write a WER report (eval/) when records carry "
                                       "references.")]
 
+Gpus = Annotated[str | None, typer.Option("--gpus", metavar="all|N|LIST", help="One engine per GPU of this host, "
+                                          "each in a child process, into one --output (all, a count, or indices "
+                                          "such as 0,1,3).", show_default=False)]
+# Testing only: --gpus's children on these devices (e.g. cpu,cpu), so the planning and restart
+# paths run end to end without CUDA. Hidden: the user-facing --gpus still refuses a host without CUDA.
+FleetDevices = Annotated[str | None, typer.Option("--fleet-devices", hidden=True)]
+# `--ray` alone means `--ray local`: cli.main() supplies the value (Typer has no optional values).
+Ray = Annotated[str | None, typer.Option("--ray", metavar="[ADDRESS]", help="Run on Ray Data: --ray alone (or "
+                                         "--ray local) starts a local cluster; --ray ADDRESS (or auto) joins one "
+                                         "(needs the ray extra).", show_default=False)]
+RayWorkers = Annotated[int | None, typer.Option("--ray-workers", help="Transcribing Ray actors (one engine each; "
+                                                "one GPU each on a GPU cluster); default 1.", show_default=False)]

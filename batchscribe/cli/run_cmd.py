@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,13 +12,14 @@ from batchscribe.audio.sources import SourceOptions
 from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
     Attention, AudioColumnOpt, BatchSize, CacheDir, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
-    EncoderPrecision, FormatOpt, IdColumnOpt, Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards,
-    Output, Overwrite, Passthrough, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
-    InitialPrompt, Temperature, TextColumnOpt, WordTimestamps, Workers,
+    EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt, Inputs, Language, Limit, MaxErrors,
+    Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough, Ray, RayWorkers, Report, RetryErrors, ShardIndex,
+    ShardSize, ShowProgress, Split, TaskOpt, Temperature, TextColumnOpt, WordTimestamps, Workers,
 )
 from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
-from batchscribe.config import DecodeOptions, EngineOptions
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.run import RunOptions, RunResult, run
+from batchscribe.sink import ProgressCallback
 
 
 @app.command("run", epilog=RUN_EXAMPLES, short_help="Transcribe datasets into JSONL/Parquet record shards.")
@@ -33,6 +35,7 @@ def run_command(
     split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
     max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
     retry_errors: RetryErrors = False, cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
+    gpus: Gpus = None, fleet_devices: FleetDevices = None, ray: Ray = None, ray_workers: RayWorkers = None,
 ) -> None:
     """Transcribe datasets into JSONL/Parquet record shards (one verbose_json record per item).
 
@@ -61,23 +64,48 @@ def run_command(
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,
             retry_errors=retry_errors,
         )  # fmt: skip
-    _execute(items, output, opts, progress, report)
+        runner = _runner(device, gpus, fleet_devices, ray, ray_workers)
+    _execute(items, output, opts, progress, report, runner)
 
 
-def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool) -> None:
+Runner = Callable[[list[str], Path, RunOptions, Optional[ProgressCallback]], RunResult]
+
+
+def _runner(device: str, gpus: str | None, fleet_devices: str | None, ray: str | None,
+            ray_workers: int | None) -> Runner:  # fmt: skip
+    """The plain run, a --gpus run over child processes, or a run on Ray Data."""
+    if ray is not None and (gpus or fleet_devices):
+        raise ConfigError("--ray and --gpus both spread the run; pass one (--ray-workers sets Ray's GPU actors)")
+    if ray_workers is not None and ray is None:
+        raise ConfigError(f"--ray-workers {ray_workers} is for a run on Ray; add --ray (or --ray ADDRESS)")
+    if ray is not None:
+        from batchscribe.ray.driver import RayPlan, run_on_ray
+
+        plan = RayPlan.parse(ray, ray_workers)
+        return lambda items, output, o, bar: run_on_ray(items, output, o, plan, progress=bar)
+    if gpus is None and fleet_devices is None:
+        return lambda items, output, o, bar: run(items, output, o, progress=bar)
+    from batchscribe.fleet.supervise import Supervisor, gpu_devices
+
+    devices = fleet_devices.split(",") if fleet_devices else gpu_devices(gpus or "all", device)
+    return lambda items, output, o, bar: Supervisor(items, output, o, devices, progress=bar).run()
+
+
+def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool,
+             runner: Runner | None = None) -> None:  # fmt: skip
     with _handled():
-        result = _run_with_bar(items, output, opts, progress)
+        result = _run_with_bar(items, output, opts, progress, runner or _runner("auto", None, None, None, None))
     _print_summary(result)
     if report:
         _report_wer(output)
 
 
-def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool) -> RunResult:
+def _run_with_bar(items: list[str], output: Path, opts: RunOptions, show: bool, runner: Runner) -> RunResult:
     if not show:
-        return run(items, output, opts)
+        return runner(items, output, opts, None)
     bar = _Bar(err)
     try:
-        return run(items, output, opts, progress=bar)
+        return runner(items, output, opts, bar)
     finally:
         bar.progress.stop()
 

@@ -40,7 +40,8 @@ ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
 # The `run` option that sets each key, named in a refusal so the user knows what to change back.
 FLAGS = {
-    "model": "--model", "format": "--format", "inputs": "the inputs", "num_shards": "--num-shards",
+    "model": "--model", "format": "--format", "inputs": "the inputs",
+    "num_shards": "--num-shards, or --gpus: its children split the ids into --num-shards x GPUs",
     "decode_options.task": "--task", "decode_options.language": "--language",
     "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
     "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",

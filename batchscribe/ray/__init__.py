@@ -1,0 +1,39 @@
+"""batchscribe on Ray Data: the engine as a callable class for `Dataset.map_batches`.
+
+`batchscribe run INPUT -o OUT --ray [ADDRESS] --ray-workers N` runs this pipeline and commits the
+records exactly once into OUT (driver.py, commit.py). In your own Ray Data pipeline, use the stages
+directly (actor.py); this module does not import ray itself.
+
+A complete example (runs as it is on a laptop; on a cluster, `ray.init("auto")`)::
+
+    import json
+
+    import ray
+
+    from batchscribe.ray import Transcribe, decode_batch
+
+    ray.init()
+    gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    ds = ray.data.read_parquet("data/test-*.parquet").select_columns(["id", "audio", "text"])
+    # CPU tasks: encoded audio ({bytes, path} structs, bytes or paths) -> 16 kHz float32 samples
+    ds = ds.map_batches(decode_batch, batch_size=16, num_cpus=0.25, fn_kwargs={"text_column": "text"})
+    # One engine per actor, the model loaded once per actor: one GPU each, or half a CPU each on
+    # a CPU-only machine (whole CPUs for every actor would leave none for the read and decode tasks).
+    ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en"}, batch_size=256 if gpus else 32,
+                        num_gpus=gpus, num_cpus=1 if gpus else 0.5, concurrency=2)
+    for row in ds.iter_rows():  # id, text, error (None when ok), record (the verbose_json record)
+        record = json.loads(row["record"])
+        print(row["id"], record["duration"], row["text"] if row["error"] is None else row["error"])
+
+    # or ds.write_parquet("transcripts/"): `record` is JSON text, `text` and `error` plain columns
+
+`Transcribe` also takes the rows undecoded (an `audio` column), decoding them in the actor.
+Writing with `ds.write_*` is at-least-once (a retried task may write its rows again); for exactly
+once per id into a folder that resumes, use `batchscribe run --ray`.
+"""
+
+from __future__ import annotations
+
+from batchscribe.ray.actor import Transcribe, decode_batch
+
+__all__ = ["Transcribe", "decode_batch"]

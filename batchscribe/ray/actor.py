@@ -1,0 +1,126 @@
+"""The Ray Data stages: `decode_batch` (a CPU task: encoded audio -> 16 kHz float32 samples) and
+`Transcribe` (a callable class: one engine per actor, loaded once). Neither imports ray: they are
+plain functions of Ray Data's batches (dicts of columns), so they are tested without a cluster.
+
+A batch row is (id, audio): `audio` a `{bytes, path}` struct as Hugging Face datasets store it,
+encoded bytes, or a path. `decode_batch` turns it into `samples` (float32 bytes) or `error`, and
+`Transcribe` accepts either form. Each output row is one record: `id`, `text`, `error` (None when
+ok) and `record`, the whole verbose_json record as JSON, exactly what `batchscribe run` writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from batchscribe.audio.sources import SourceError, SourceItem, shard_of
+from batchscribe.audio.worker import decode_one
+from batchscribe.config import DecodeOptions, EngineOptions
+from batchscribe.output.formats import jsonl_line
+from batchscribe.output.records import error_record, jsonable, merge_record
+
+Batch = Mapping[str, Sequence[Any]]  # Ray Data's "default"/numpy batch: column name -> values
+
+
+def _audio(value: Any, base_dir: str | None) -> tuple[bytes | None, str | None]:
+    """An audio cell -> (encoded bytes, path): the same reading as the plain run's sources."""
+    if isinstance(value, Mapping):
+        data, where = value.get("bytes"), value.get("path")
+        if data:
+            return bytes(data), None
+        value = where
+    if isinstance(value, (bytes, bytearray, np.bytes_)):
+        return bytes(value), None
+    if isinstance(value, str) and value:
+        relative = base_dir is not None and "://" not in value and not Path(value).is_absolute()
+        return None, str(Path(base_dir) / value) if relative else value  # type: ignore[arg-type]
+    return None, None
+
+
+def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio", text_column: str | None = None,
+                 passthrough: Sequence[str] = (), skip: frozenset[str] = frozenset(), num_shards: int = 1,
+                 shard_index: int = 0, base_dir: str | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """Rows -> `id, samples (float32 bytes) | error, reference, extra (JSON)`. Rows whose id is in
+    `skip` (committed by an earlier run) or in another `--num-shards` part are dropped here, before
+    any decoding. A bad file becomes an error (the plain run's message), never an exception."""
+    missing = [c for c in (id_column, audio_column, text_column, *passthrough) if c is not None and c not in batch]
+    if missing:
+        raise SourceError(f"decode_batch: no column {', '.join(map(repr, missing))} in the rows (columns: "
+                          f"{', '.join(batch)}); name the right one with id_column=, audio_column=, text_column= "
+                          "or passthrough=, or select it when reading")
+    out: dict[str, list[Any]] = {"id": [], "samples": [], "error": [], "reference": [], "extra": []}
+    ids = batch[id_column]
+    for i in range(len(ids)):
+        item_id = str(ids[i])
+        if item_id in skip or (num_shards > 1 and shard_of(item_id, num_shards) != shard_index):
+            continue
+        data, path = _audio(batch[audio_column][i], base_dir)
+        samples, error = decode_one(SourceItem(item_id, data, path, None), None)
+        text = batch[text_column][i] if text_column else None
+        out["id"].append(item_id)
+        out["samples"].append(None if samples is None else samples.tobytes())
+        out["error"].append(None if error is None else f"{item_id}: {error}")  # as the decode pool names it
+        out["reference"].append(None if text is None else str(text))
+        out["extra"].append(json.dumps({c: jsonable(_plain(batch[c][i])) for c in passthrough}))
+    return {k: np.array(v, dtype=object) for k, v in out.items()}
+
+
+def _str_or_none(value: Any) -> str | None:
+    return str(value) if isinstance(value, (str, np.str_)) else None
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if isinstance(value, np.generic) else value.tolist() if isinstance(value, np.ndarray) else value
+
+
+class Transcribe:
+    """`Dataset.map_batches(Transcribe, fn_constructor_kwargs={...}, num_gpus=1, concurrency=N)`.
+
+    The constructor (run once per actor) loads `api.Transcriber(model, **options)`; each call
+    transcribes one batch with the engine's continuous batching and returns one record per row.
+    `describe=True` adds a `describe` column (the engine's resolved identity, as JSON), which the
+    `batchscribe run --ray` driver checks against the folder before committing anything.
+    """
+
+    def __init__(self, model: str = "tiny.en", *, cache_dir: str | None = None, decode: DecodeOptions | None = None,
+                 engine: EngineOptions | None = None, audio_column: str = "audio", id_column: str = "id",
+                 describe: bool = False, **options: Any) -> None:  # fmt: skip
+        from batchscribe.api import Transcriber
+
+        self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
+        self.audio_column, self.id_column = audio_column, id_column
+        self.described = json.dumps(jsonable(self.transcriber.describe())) if describe else None
+
+    def __call__(self, batch: Batch) -> dict[str, np.ndarray]:
+        if "samples" not in batch:  # raw rows: decode here (the pipeline's CPU stage was skipped)
+            batch = decode_batch(batch, self.id_column, self.audio_column)
+        ids = [str(i) for i in batch["id"]]
+        extras = [json.loads(e) if isinstance(e, str) else {} for e in batch.get("extra", [None] * len(ids))]
+        # NOTE: Ray may hand a column of Nones back as floats (NaN): only a str is a value here.
+        refs = [_str_or_none(v) for v in batch.get("reference", [None] * len(ids))]
+        errors = [_str_or_none(v) for v in batch.get("error", [None] * len(ids))]
+        records: dict[str, dict[str, Any]] = {}
+        todo = []
+        for k, item_id in enumerate(ids):
+            samples, error = batch["samples"][k], errors[k]
+            if not isinstance(samples, (bytes, np.bytes_)):
+                records[item_id] = error_record(item_id, error or "no audio decoded", refs[k], extras[k])
+            else:
+                todo.append((item_id, np.frombuffer(samples, dtype=np.float32)))
+        row = {item_id: k for k, item_id in enumerate(ids)}
+        for rec in self.transcriber.transcribe_stream(iter(todo)):
+            k = row[str(rec["id"])]
+            records[ids[k]] = merge_record(rec, refs[k], extras[k])
+        for item_id, _ in todo:  # never lose an id, as run() does
+            records.setdefault(item_id, error_record(item_id, "the transcriber returned no record for this item "
+                                                     "(internal error); please report it", None, {}))  # fmt: skip
+        done = [records[i] for i in ids]
+        out = {"id": ids, "text": [r.get("text") for r in done], "error": [r.get("error") for r in done],
+               "record": [jsonl_line(r) for r in done]}  # fmt: skip
+        if self.described is not None:
+            out["describe"] = [self.described] * len(ids)
+        return {k: np.array(v, dtype=object) for k, v in out.items()}

@@ -1,0 +1,216 @@
+"""`batchscribe run INPUT -o OUT --ray [ADDRESS] --ray-workers N`: the run on Ray Data.
+
+Ray Data reads the Parquet inputs (streaming), CPU tasks decode the audio (`actor.decode_batch`)
+and N actors transcribe (`actor.Transcribe`, one engine each, one GPU each on a GPU cluster). The
+records stream back to this driver, which is the folder's one writer: it holds the lock for the
+whole run and commits every record through the same ShardWriter, manifest and run config as a
+plain run (prefix `records`, or the `--num-shards` part's), so a --ray folder and a plain one
+resume each other. Exactly once: a row is emitted by a task only when the task's whole batch is
+done; a task redone after an actor died may send some rows again, and the driver drops an id it
+has already committed or received. When the driver dies, what it committed stays and the rest is
+redone on rerun; ids committed before are dropped by the decode tasks before any decoding.
+
+Import ray only here (and lazily): `import batchscribe` and plain runs never load it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from batchscribe.audio.sources import SourceError
+from batchscribe.audio.sources.columns import Columns, resolve_columns
+from batchscribe.audio.sources.fingerprint import inputs_listing
+from batchscribe.config import ConfigError
+from batchscribe.output.lock import lock_output
+from batchscribe.output.records import now_iso
+from batchscribe.output.resume import OutputState, output_prefix
+from batchscribe.ray.actor import Transcribe, decode_batch
+from batchscribe.ray.commit import Drive
+from batchscribe.run import RunOptions, RunResult, checked_state, run_config, sigterm_as_interrupt
+from batchscribe.sink import ProgressCallback, estimate_total
+
+INSTALL = "pip install 'batchscribe[ray]'"
+# Logical CPUs each stage asks Ray for. Decoding is light next to the model. CPU actors asking for
+# whole CPUs would leave none for the read and decode tasks on a small machine, and Ray Data then
+# waits forever (measured: 2 actors of 0.75 on 2 CPUs hang; of 0.5 they run). Ray sets an actor's
+# OMP threads from its share (at least 1), so torch does not oversubscribe.
+DECODE_CPUS, CPU_ACTOR_CPUS, GPU_ACTOR_CPUS = 0.25, 0.5, 1.0
+DECODE_ROWS = 16  # rows per decode task: a few MB of encoded audio
+
+
+@dataclass(frozen=True)
+class RayPlan:
+    """Where and how wide: `address` None starts a local cluster; `workers` transcribing actors."""
+
+    address: str | None = None
+    workers: int = 1
+
+    @classmethod
+    def parse(cls, ray: str, workers: int | None) -> RayPlan:
+        if workers is not None and workers < 1:
+            raise ConfigError(f"--ray-workers {workers}: give at least 1 actor")
+        address = None if ray.strip().lower() in ("", "local") else ray.strip()
+        return cls(address, 1 if workers is None else workers)
+
+
+def import_ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError as exc:
+        raise ConfigError(f"--ray needs Ray Data, which is not installed ({exc}); install it with {INSTALL}, "
+                          "or run without --ray") from None  # fmt: skip
+    logging.getLogger("ray.data").setLevel(logging.WARNING)  # its per-dataset INFO lines would drown the bar
+    # Ray's deprecation and tuning hints (raised inside ray, or attributed to the pipeline built
+    # here) say nothing the user of `batchscribe run` can act on.
+    warnings.filterwarnings("ignore", module=r"(ray|batchscribe\.ray)(\.|$)")
+    return ray
+
+
+def parquet_files(inputs: Sequence[str], exclude: tuple[str, ...]) -> list[str]:
+    """The Parquet files the inputs name (files, folders, globs), as a plain run lists them."""
+    files: list[str] = []
+    for inp in inputs:
+        paths = sorted(glob.glob(inp)) if any(c in inp for c in "*?[") else [inp]
+        for p in map(Path, paths):
+            if p.is_dir():
+                files += [str(f) for f in sorted(p.rglob("*.parquet"))
+                          if not any(os.path.realpath(f).startswith(e + os.sep) for e in exclude)]  # fmt: skip
+            elif p.suffix == ".parquet" and p.is_file():
+                files.append(str(p))
+            else:
+                raise SourceError(f"{inp}: --ray reads Parquet inputs (files, folders of them, globs) with Ray Data; "
+                                  "run this input without --ray, or write it to Parquet first")  # fmt: skip
+    if not files:
+        raise SourceError(f"{', '.join(inputs)}: no Parquet files found; check the path or glob")
+    return files
+
+
+def _columns(files: list[str], opts: RunOptions) -> Columns:
+    import pyarrow.parquet as pq
+
+    cols = resolve_columns(pq.read_schema(files[0]).names, opts.source, files[0])
+    if cols.id is None:
+        raise SourceError(f"{files[0]}: --ray needs an id column (a plain run numbers rows per file, which Ray's "
+                          "parallel reads cannot); name one with --id-column NAME, or run without --ray")
+    return cols
+
+
+def _check_options(opts: RunOptions) -> None:
+    if opts.source.limit is not None:
+        raise ConfigError("--limit counts items in input order, which Ray's parallel reads do not keep; "
+                          "drop --limit (or run without --ray)")
+
+
+def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, plan: RayPlan = RayPlan(),
+               progress: ProgressCallback | None = None) -> RunResult:  # fmt: skip
+    """Like `run.run`, on Ray Data; the same errors, summary and exit paths."""
+    _check_options(opts)
+    output_dir = Path(output_dir)
+    start_wall, start_time = time.monotonic(), now_iso()
+    source = dataclasses.replace(opts.source, exclude=(os.path.realpath(output_dir),))
+    files = parquet_files(inputs, source.exclude)
+    cols = _columns(files, opts)
+    ray = import_ray()  # after the inputs' checks: those errors come at once
+    listing = inputs_listing(inputs, source.exclude)
+    config = run_config(inputs, opts, listing)
+    prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
+    with lock_output(output_dir, prefix) as lock, sigterm_as_interrupt():
+        state = checked_state(output_dir, prefix, config, opts, lock, listing)
+        skip = _skip(state, opts)
+        started = _connect(ray, plan)
+        try:
+            stages = _Stages(ray, files, cols, opts, plan, skip)
+            info = {"address": plan.address or "local", "workers": plan.workers, "gpus_per_worker": stages.gpus}
+            drive = Drive(inputs, output_dir, opts, info, state, lock, config, listing, (start_wall, start_time),
+                          progress, estimate_total(inputs, source), len(skip))  # fmt: skip
+            return drive.drive(stages.records())
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def _skip(state: OutputState, opts: RunOptions) -> frozenset[str]:
+    """Ids the decode tasks drop: committed ones, less the error records --retry-errors redoes."""
+    if opts.overwrite:
+        return frozenset()
+    if opts.retry_errors:
+        return frozenset(state.completed - {i for e in state.entries for i in e.error_ids})
+    return frozenset(state.completed)
+
+
+def _connect(ray: Any, plan: RayPlan) -> bool:
+    """Join the cluster (or start a local one); True when this call did, so the run disconnects."""
+    if ray.is_initialized():
+        return False
+    kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "include_dashboard": False}
+    try:
+        ray.init(address=plan.address, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(f"--ray {plan.address or 'local'}: cannot reach a Ray cluster ({exc}); give the head's "
+                          "address (host:6379, or auto on a cluster node), or --ray alone for a local one") from None
+    ray.data.DataContext.get_current().enable_progress_bars = False  # batchscribe's own bar reports
+    return True
+
+
+class _Stages:
+    """The Ray Data pipeline: read -> decode tasks -> transcribing actors."""
+
+    def __init__(self, ray: Any, files: list[str], cols: Columns, opts: RunOptions, plan: RayPlan,
+                 skip: frozenset[str]) -> None:  # fmt: skip
+        self.ray, self.files, self.cols, self.opts, self.plan, self.skip = ray, files, cols, opts, plan, skip
+        self.gpus = _gpus_per_actor(ray, opts.engine.device)
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """Each output batch as a pyarrow table (id, text, error, record, describe)."""
+        src, cols = self.opts.source, self.cols
+        folders = {os.path.dirname(os.path.abspath(f)) for f in self.files}
+        data = self.ray.data
+        ds = data.read_parquet(self.files, ray_remote_args={"num_cpus": DECODE_CPUS}).select_columns(cols.needed)
+        try:
+            # A Parquet row group is one block, and one block feeds one actor: cut them small
+            # (streaming, no shuffle) so every actor has work. Ray before 2.4x lacks it.
+            ds = ds.repartition(target_num_rows_per_block=DECODE_ROWS)
+        except TypeError:
+            pass
+        ds = ds.map_batches(decode_batch, batch_size=DECODE_ROWS, num_cpus=DECODE_CPUS, fn_kwargs={
+            "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
+            "passthrough": list(cols.passthrough), "skip": self.skip, "num_shards": src.num_shards,
+            "shard_index": src.shard_index, "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
+        engine = self.opts.engine
+        device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
+        slots = engine.batch_size or (128 if self.gpus else 16)
+        # Rows per actor call. Each call drains the engine before the next begins, so more rows waste
+        # less of the tail; fewer rows spread a small input over every actor (on the CPU, at 40 rows,
+        # 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
+        rows = 2 * slots if self.gpus else slots
+        ds = ds.map_batches(
+            Transcribe, batch_size=rows, compute=data.ActorPoolStrategy(size=self.plan.workers), num_gpus=self.gpus,
+            num_cpus=GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS,
+            fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
+                                   "decode": self.opts.decode, "describe": True,
+                                   "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
+        for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            yield from table.to_pylist()
+
+
+def _str(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _gpus_per_actor(ray: Any, device: str) -> int:
+    has_gpus = ray.cluster_resources().get("GPU", 0) >= 1
+    if device == "cpu":
+        return 0
+    if device.startswith("cuda") and not has_gpus:
+        raise ConfigError(f"--device {device}: the Ray cluster has no GPU; add GPU nodes, or pass --device cpu")
+    return 1 if has_gpus else 0

@@ -1,0 +1,119 @@
+"""The Ray path's overhead: `batchscribe run --ray --ray-workers 2` against a plain `batchscribe run`
+on the same rows, on the CPU (issue 21: <= 10 % at 2 workers). A program, not a timed test.
+
+    python benchmarks/ray_overhead.py [--parquet ROWS.parquet] [--rows 40] [--repeat 2]
+
+Both runs are fresh processes into fresh folders with the real tiny.en (converted once before
+timing). The Ray run joins a local cluster this program starts once (`ray.init(num_cpus=N)`), so
+the cluster's own start-up (seconds, once per job on a real cluster) is reported apart and not
+charged to each run. Reported: the process wall clock, and the in-run wall (summary.json's
+`wall_seconds`: lock to summary, model load included). Overhead = Ray / plain - 1. The plain run
+uses its default decode processes; torch's threads are the machine's cores in the plain run and
+split between the two actors on Ray. The records are compared too: they must be equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import commit, hardware
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+
+
+def _rows(src: Path, n: int, folder: Path) -> Path:
+    import pyarrow.parquet as pq
+
+    path = folder / "rows.parquet"
+    pq.write_table(pq.read_table(src, columns=["id", "audio", "text"]).slice(0, n), path)
+    return path
+
+
+def _cmd(rows: Path, out: Path, cache: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "batchscribe", "run", str(rows), "-o", str(out), "--cache-dir", str(cache),
+            "--device", "cpu", "--no-progress", "--no-report", *extra]  # fmt: skip
+
+
+def _run(rows: Path, out: Path, cache: Path, extra: list[str]) -> tuple[float, dict]:
+    start = time.monotonic()
+    done = subprocess.run(_cmd(rows, out, cache, extra), capture_output=True, text=True)
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(_cmd(rows, out, cache, extra))} failed:\n{done.stderr[-3000:]}")
+    return wall, json.loads((out / "summary.json").read_text())
+
+
+def _two_processes(rows: Path, out: Path, cache: Path) -> tuple[float, dict]:
+    """The same parallelism without Ray: --num-shards 2, both at once, one torch thread each (as Ray
+    gives each actor), one decode process each. This isolates what Ray itself costs."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.monotonic()
+    procs = [subprocess.Popen(_cmd(rows, out, cache, ["--num-shards", "2", "--shard-index", str(i), "--workers", "0"]),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env) for i in (0, 1)]
+    for proc in procs:
+        if proc.wait() != 0:
+            raise SystemExit(f"a --num-shards 2 process failed:\n{proc.stderr.read()[-3000:] if proc.stderr else ''}")
+    wall = time.monotonic() - start
+    parts = [json.loads(p.read_text()) for p in sorted(out.glob("summary-*.json"))]
+    return wall, {"wall_seconds": max(p["wall_seconds"] for p in parts), "audio_hours": sum(p["audio_hours"] for p in parts)}
+
+
+def _records(out: Path) -> dict[str, tuple]:
+    """id -> (text or error, every segment's tokens and timestamps): floats such as avg_logprob
+    differ in the last digits with torch's thread count (tests/system/test_ray.py)."""
+    found = {}
+    for p in sorted(out.glob("records-*.jsonl")):
+        for line in p.read_text().splitlines():
+            r = json.loads(line)
+            found[r["id"]] = (r.get("text"), r.get("error"),
+                              [(s["tokens"], s["start"], s["end"]) for s in r.get("segments") or []])
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parquet", type=Path, default=DEFAULT_PARQUET)
+    ap.add_argument("--rows", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local Ray cluster")
+    args = ap.parse_args()
+    import ray
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        rows, cache = _rows(args.parquet, args.rows, folder), folder / "cache"
+        _run(rows, folder / "warm", cache, ["--limit", "1"])  # the model converted once, outside the timing
+        t0 = time.monotonic()
+        ray.init(num_cpus=args.cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        cluster_s, address = time.monotonic() - t0, ray.get_runtime_context().gcs_address
+        results = {"plain": [], "plain x2 (--num-shards 2)": [], "ray": []}
+        for k in range(args.repeat):  # alternated, so a noisy neighbour hits all alike
+            results["plain"].append(_run(rows, folder / f"plain{k}", cache, []))
+            results["plain x2 (--num-shards 2)"].append(_two_processes(rows, folder / f"two{k}", cache))
+            results["ray"].append(_run(rows, folder / f"ray{k}", cache, ["--ray", address, "--ray-workers", "2"]))
+        same = _records(folder / "plain0") == _records(folder / "ray0") == _records(folder / "two0")
+        ray.shutdown()
+    best = {name: (min(w for w, _ in runs), min(s["wall_seconds"] for _, s in runs)) for name, runs in results.items()}
+    audio_s = results["plain"][0][1]["audio_hours"] * 3600
+    print(f"hardware: {hardware()}; commit {commit()}; {args.rows} rows, {audio_s:.0f} s of audio; "
+          f"best of {args.repeat}; Ray cluster start-up {cluster_s:.1f} s (once, not charged)")
+    print("| run | process wall s | in-run wall s | RTFx (in-run) |\n|---|---|---|---|")
+    for name, (wall, inrun) in best.items():
+        print(f"| {name} | {wall:.1f} | {inrun:.1f} | {audio_s / inrun:.1f} |")
+    for base in ("plain", "plain x2 (--num-shards 2)"):
+        print(f"Ray against {base}: process {best['ray'][0] / best[base][0] - 1:+.1%}, in-run "
+              f"{best['ray'][1] / best[base][1] - 1:+.1%} (target <= +10% at 2 workers)")
+    print(f"records equal (ids, texts, errors, tokens, timestamps): {same}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The Ray stages as plain functions (no cluster): which rows the decode tasks keep, how they name
+a bad file, and the --ray path's usage errors. The reference for a decode error is the plain
+run's decode pool on the same bytes."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from batchscribe.audio.decode import decode_audio
+from batchscribe.audio.pool import decode_stream
+from batchscribe.audio.sources import SourceItem, shard_of
+from batchscribe.config import ConfigError
+from batchscribe.ray.actor import decode_batch
+
+
+def _flac(seconds: float, rate: int = 16000) -> bytes:
+    buf = io.BytesIO()
+    t = np.arange(int(seconds * rate)) / rate
+    sf.write(buf, (0.1 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), rate, format="FLAC")
+    return buf.getvalue()
+
+
+BAD = b"fLaC" + bytes(200)
+
+
+def test_decode_batch_keeps_this_part_drops_committed_and_decodes_as_run_does() -> None:
+    ids = [f"utt{k}" for k in range(12)]
+    audio = [{"bytes": _flac(0.5), "path": f"{i}.flac"} for i in ids]
+    audio[3] = {"bytes": BAD, "path": "bad.flac"}
+    batch = {"id": np.array(ids, dtype=object), "audio": np.array(audio, dtype=object),
+             "text": np.array([f"ref {i}" for i in ids], dtype=object)}  # fmt: skip
+    out = decode_batch(batch, text_column="text", skip=frozenset({"utt0"}), num_shards=2, shard_index=1)
+    want = [i for i in ids if i != "utt0" and shard_of(i, 2) == 1]
+    assert list(out["id"]) == want
+    for k, item_id in enumerate(out["id"]):
+        assert out["reference"][k] == f"ref {item_id}"
+        if item_id == "utt3":
+            (pool,) = list(decode_stream([SourceItem("utt3", BAD, "bad.flac", None)], workers=0))
+            assert out["error"][k] == pool.error and out["samples"][k] is None  # the plain run's message
+        else:
+            samples = np.frombuffer(out["samples"][k], dtype=np.float32)
+            np.testing.assert_array_equal(samples, decode_audio(audio[ids.index(item_id)]["bytes"]))
+
+
+def test_import_batchscribe_ray_does_not_import_ray() -> None:
+    code = "import sys, batchscribe.ray, batchscribe.ray.driver; print('ray' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_missing_ray_is_a_usage_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from batchscribe.ray.driver import import_ray
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"pip install 'batchscribe\[ray\]'"):
+        import_ray()
+
+
+def test_ray_refuses_inputs_it_cannot_read_before_anything_is_written(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from batchscribe.cli import app
+
+    (tmp_path / "a.flac").write_bytes(_flac(0.2))
+    runner = CliRunner()
+    cases = [(["run", str(tmp_path / "a.flac"), "--ray", "local"], "--ray reads Parquet inputs"),
+             (["run", str(tmp_path), "--ray", "local", "--limit", "3"], "--limit"),
+             (["run", str(tmp_path), "--ray-workers", "2"], "add --ray")]  # fmt: skip
+    for args, says in cases:
+        result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")], env={"COLUMNS": "300"})
+        assert result.exit_code == 2 and says in result.output, result.output
+        assert not (tmp_path / "out").exists()
+
+
+def test_decode_batch_names_a_missing_column() -> None:
+    from batchscribe.audio.sources import SourceError
+
+    batch = {"id": np.array(["a"], dtype=object), "audio": np.array([_flac(0.1)], dtype=object)}
+    with pytest.raises(SourceError, match=r"no column 'text'.*columns: id, audio.*text_column="):
+        decode_batch(batch, text_column="text")
