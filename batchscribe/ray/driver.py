@@ -105,6 +105,26 @@ def _columns(files: list[str], opts: RunOptions) -> Columns:
     return cols
 
 
+def check_unique_ids(files: list[str], id_column: str) -> None:
+    """Refuse an input whose id column repeats an id. The driver drops an id it has already
+    received, since Ray redoes the tasks of a dead actor; a genuine repeat would be dropped the same
+    way and its item lost. A plain run keeps both (the second under a derived id)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    chunks = [c for f in files for c in pq.read_table(f, columns=[id_column]).column(id_column).cast(pa.string()).chunks]
+    counts = pc.value_counts(pa.chunked_array(chunks, type=pa.string())).to_pylist()
+    repeated = [c["values"] for c in counts if c["counts"] > 1]
+    if repeated:
+        shown = ", ".join(map(repr, repeated[:5])) + (f" and {len(repeated) - 5} more" if len(repeated) > 5 else "")
+        where = files[0] if len(files) == 1 else f"{len(files)} Parquet files"
+        raise SourceError(f"{where}: the id column {id_column!r} repeats {len(repeated)} id(s) ({shown}); --ray needs "
+                          "unique ids (a repeat cannot be told from a task Ray redid, so an item would be lost). "
+                          "Make the ids unique, or run without --ray (a plain run keeps both, the second under a "
+                          "derived id)")  # fmt: skip
+
+
 def _check_options(opts: RunOptions) -> None:
     if opts.source.limit is not None:
         raise ConfigError("--limit counts items in input order, which Ray's parallel reads do not keep; "
@@ -120,6 +140,7 @@ def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, 
     source = dataclasses.replace(opts.source, exclude=(os.path.realpath(output_dir),))
     files = parquet_files(inputs, source.exclude)
     cols = _columns(files, opts)
+    check_unique_ids(files, cols.id)
     ray = import_ray()  # after the inputs' checks: those errors come at once
     listing = inputs_listing(inputs, source.exclude)
     config = run_config(inputs, opts, listing)

@@ -85,3 +85,22 @@ def test_decode_batch_names_a_missing_column() -> None:
     batch = {"id": np.array(["a"], dtype=object), "audio": np.array([_flac(0.1)], dtype=object)}
     with pytest.raises(SourceError, match=r"no column 'text'.*columns: id, audio.*text_column="):
         decode_batch(batch, text_column="text")
+
+
+def test_ray_refuses_repeated_ids_naming_them_before_anything_is_written(tmp_path: Path) -> None:
+    """The driver drops an id it has seen (a task Ray redid): a genuinely repeated id would lose an
+    item, so such an input is refused up front, across files, and a plain run takes it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from batchscribe.cli import app
+
+    audio = {"bytes": _flac(0.2), "path": None}
+    pq.write_table(pa.table({"id": ["a", "b"], "audio": [audio, audio]}), tmp_path / "one.parquet")
+    pq.write_table(pa.table({"id": ["c", "a"], "audio": [audio, audio]}), tmp_path / "two.parquet")
+    result = CliRunner().invoke(app, ["run", str(tmp_path), "--ray", "local", "-o", str(tmp_path / "out")],
+                                env={"COLUMNS": "300"})  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "repeats 1 id(s) ('a')" in result.output and "without --ray" in result.output
+    assert not (tmp_path / "out").exists()
