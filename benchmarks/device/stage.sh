@@ -35,7 +35,7 @@ mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .st
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
 # The GPU feature tests' test-clean rows ride with call A (p2 is near the 64 MiB a call carries).
 cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p1/data/librispeech/
-cp ../shared/data/misc/jfk.flac .stage/p2/data/misc/
+mkdir -p .stage/p1/data/misc && cp ../shared/data/misc/jfk.flac .stage/p1/data/misc/  # p2 is at a call's 64 MiB
 # W1's utterances as BENCHMARKS.md measured its peer (~13 s each): the first 100 of train-clean-5.
 mkdir -p .stage/p3/data/librispeech
 python -c "import pyarrow.parquet as pq; pq.write_table(pq.read_table('../shared/data/librispeech/train-clean-5-00000-of-00008.parquet').slice(0, 100), '.stage/p3/data/librispeech/train-clean-5-first100.parquet', row_group_size=64)"
