@@ -6,7 +6,6 @@ their last 223 tokens with a warning."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
 import numpy as np
@@ -18,7 +17,6 @@ from batchscribe.engine.requests import FinishedWindow
 from batchscribe.engine.windows import MAX_PROMPT_TOKENS, WindowPlanner
 from batchscribe.model.tokenizer import Tokenizer
 from tests.engine.helpers import GREEDY, openai_model
-from tests.marks import needs_cuda
 
 whisper = pytest.importorskip("whisper")
 PROMPT = "Mutton, turnips and carrots. Stew! Mr. Bennet's girls."
@@ -87,15 +85,3 @@ def test_multilingual_detection_with_a_prompt_is_refused(base_dir) -> None:
 
     with pytest.raises(ConfigError, match="--initial-prompt.*--language"):
         Transcriber(str(base_dir), device="cpu", initial_prompt=PROMPT)
-
-
-@pytest.mark.gpu
-@needs_cuda
-def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
-    from batchscribe.api import Transcriber
-    from tests.engine.helpers import records
-
-    t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, initial_prompt=PROMPT, **GREEDY)
-    eager = t.build_scheduler(config=dataclasses.replace(t.config, cuda_graphs=False))
-    assert t.scheduler().engine.graphs is not None
-    assert records(t.scheduler(), utterances[:12]) == records(eager, utterances[:12])

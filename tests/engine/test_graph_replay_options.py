@@ -1,0 +1,34 @@
+"""CUDA graph replay equals eager with the options that add work around the captured steps: word
+timestamps (the alignment pass between looks) and an initial prompt (the prefill at admission).
+Kept apart from the openai-whisper comparisons so that a GPU image without openai-whisper or the
+openai SDK runs them."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.engine.helpers import GREEDY, records
+from tests.marks import gpu
+
+pytestmark = gpu
+PROMPT = "Mutton, turnips and carrots. Stew! Mr. Bennet's girls."
+
+
+def _replay_and_eager(tiny_en_dir, utterances, **options) -> tuple[list[dict], list[dict]]:
+    from batchscribe.api import Transcriber
+
+    t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **options, **GREEDY)
+    eager = t.build_scheduler(config=dataclasses.replace(t.config, cuda_graphs=False))
+    assert t.scheduler().engine.graphs is not None and eager.engine.graphs is None
+    return records(t.scheduler(), utterances[:12]), records(eager, utterances[:12])
+
+
+def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
+    graphed, plain = _replay_and_eager(tiny_en_dir, utterances, word_timestamps=True)
+    assert graphed == plain
+    assert all(r["words"] and all(s["words"] for s in r["segments"]) for r in graphed if r["text"].strip())
+
+
+def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
+    graphed, plain = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
+    assert graphed == plain
