@@ -31,7 +31,7 @@ PHASES = [
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
     "batchscribe.engine.engine:one_step_seconds", "batchscribe.engine.engine:StepGraphs.capture",
     "batchscribe.engine.engine:EncoderGraphs.capture", "batchscribe.engine.engine:Engine.enable_arena",
-    "batchscribe.run:inputs_listing", "batchscribe.run:_checked_state", "batchscribe.run:first_pending", "batchscribe.run:estimate_total", "batchscribe.engine.scheduler:Scheduler.run",
+    "batchscribe.run:inputs_listing", "batchscribe.run:checked_state", "batchscribe.run:first_pending", "batchscribe.run:estimate_total", "batchscribe.engine.scheduler:Scheduler.run",
 ]  # fmt: skip
 
 
@@ -43,7 +43,10 @@ def _wrap_phases(t0: float, log: list[str]) -> None:
         *path, name = attr.split(".")
         for part in path:
             owner = getattr(owner, part)
-        fn = getattr(owner, name)
+        fn = getattr(owner, name, None)
+        if fn is None:
+            log.append(f"{0:8.2f} s  (not found: {spec}; renamed?)")
+            continue
         # A classmethod is fetched bound to its class: the wrapper calls it so and is set as a staticmethod.
         bound = isinstance(owner, type) and isinstance(vars(owner).get(name), (staticmethod, classmethod))
 
