@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from typing import Any
 from batchscribe.output.formats import read_shard
 from batchscribe.output.resume import RECORD_FILES, OutputDirError, inspect_output
 from batchscribe.output.subtitles import SUBTITLE_FORMATS, render
-from batchscribe.output.writers import fsync_dir, temp_name
+from batchscribe.output.writers import fsync_dir, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -122,22 +121,14 @@ def committed_records(directory: Path) -> tuple[Iterator[dict[str, Any]], tuple[
 
 
 def _write_if_changed(path: Path, data: bytes) -> bool:
-    """Atomically make `path` hold `data`; False when it already did (nothing is touched)."""
+    """Atomically make `path` hold `data`; False when it already did (nothing is touched). The
+    folder is synced once, after the last file (export_run)."""
     try:
         if path.read_bytes() == data:
             return False
     except FileNotFoundError:
         pass
-    tmp = path.with_name(temp_name(path.name))
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # nothing half-written keeps a name
-        raise
+    write_atomic(path, data, sync_dir=False)
     return True
 
 

@@ -64,8 +64,9 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` so that a crash at any point leaves the old file or the new one."""
+def write_atomic(path: Path, data: bytes, sync_dir: bool = True) -> None:
+    """Write `data` to `path` so that a crash at any point leaves the old file or the new one.
+    sync_dir=False: the caller syncs the folder once after many files (the rename is durable then)."""
     path = Path(path)
     tmp = path.with_name(temp_name(path.name))
     try:
@@ -78,7 +79,8 @@ def write_atomic(path: Path, data: bytes) -> None:
         # A full disk or a kill mid-write: nothing half-written may keep a readable name.
         tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

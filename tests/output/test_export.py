@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-import batchscribe.output.export as export
+import batchscribe.output.writers as writers
 from batchscribe.cli import app
 from batchscribe.output.export import ExportError, export_run, file_stem, file_stems
 from batchscribe.output.resume import open_output, output_prefix
@@ -92,7 +92,7 @@ def test_rerun_is_idempotent(tmp_path: Path) -> None:
 
 def test_a_failure_leaves_nothing_partial(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _write_run(tmp_path / "run", [_record(i, f"u{i}") for i in range(5)])
-    real_replace, calls = export.os.replace, []
+    real_replace, calls = writers.os.replace, []  # export writes through writers.write_atomic
 
     def failing_replace(src: Any, dst: Any) -> None:
         calls.append(dst)
@@ -100,12 +100,12 @@ def test_a_failure_leaves_nothing_partial(tmp_path: Path, monkeypatch: pytest.Mo
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr(export.os, "replace", failing_replace)
+    monkeypatch.setattr(writers.os, "replace", failing_replace)
     with pytest.raises(OSError, match="No space"):
         export_run(tmp_path / "run", "vtt", tmp_path / "subs")
     names = sorted(p.name for p in (tmp_path / "subs").iterdir())
     assert names == ["u0.vtt", "u1.vtt"]  # the finished files, whole; no temp file, no partial third
-    monkeypatch.setattr(export.os, "replace", real_replace)
+    monkeypatch.setattr(writers.os, "replace", real_replace)
     result = export_run(tmp_path / "run", "vtt", tmp_path / "subs")
     assert (result.written, result.unchanged) == (3, 2)
     for i in range(5):
