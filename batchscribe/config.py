@@ -54,6 +54,10 @@ class DecodeOptions:
     # Text before <|startoftranscript|> (after <|startofprev|>) for an item's first decoded window,
     # as openai transcribe(initial_prompt=...) without condition_on_previous_text.
     initial_prompt: str | None = None
+    # Prompt each next window of an item with its previous windows' tokens (openai transcribe()'s
+    # default, True there). Off here: batch labelling wants windows judged on their own audio, and a
+    # window that drifted (a hallucination loop) would otherwise prompt the next into the same loop.
+    condition_on_previous_text: bool = False
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 

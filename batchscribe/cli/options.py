@@ -40,6 +40,8 @@ TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate 
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
 InitialPrompt = Annotated[str | None, typer.Option("--initial-prompt", metavar="TEXT", show_default=False,
                           help="Text the first window is conditioned on (names, spelling, style).")]
+ConditionOnPrevious = Annotated[bool, typer.Option("--condition-on-previous-text", help="Prompt each next window "
+                               "with the item's text so far (openai's default; off: windows stay independent).")]
 WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
                                               help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "

@@ -10,7 +10,7 @@ import typer
 from batchscribe.audio.sources import SourceOptions
 from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
-    Attention, AudioColumnOpt, BatchSize, CacheDir, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
+    Attention, AudioColumnOpt, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
     EncoderPrecision, FormatOpt, IdColumnOpt, Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards,
     Output, Overwrite, Passthrough, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
     InitialPrompt, Temperature, TextColumnOpt, WordTimestamps, Workers,
@@ -27,6 +27,7 @@ def run_command(
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
     word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
+    condition_on_previous_text: ConditionOnPrevious = False,
     temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
     audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
     text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
@@ -54,6 +55,7 @@ def run_command(
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  word_timestamps=word_timestamps, initial_prompt=initial_prompt,
+                                 condition_on_previous_text=condition_on_previous_text,
                                  temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  passthrough=split_columns(passthrough), config=config_name, split=split,

@@ -61,7 +61,10 @@ class ItemProgress:
     seek: int = 0  # mel frames consumed
     temp_index: int = 0  # rung of the temperature ladder the next window decodes at
     segments: list[Segment] = field(default_factory=list)
-    prompted: bool = True  # the initial prompt (if any) still applies: no window has given segments yet
+    # What the next window is prompted with after <|startofprev|>: openai transcribe()'s
+    # all_tokens[prompt_reset_since:], the initial prompt until a window is kept, then (conditioning
+    # on previous text) the kept windows' tokens since the last reset; the last 223 are sent.
+    context: tuple[int, ...] = ()
     last_speech: float = 0.0  # end of the last word so far (word timestamps; openai's last_speech_timestamp)
 
     @property
@@ -85,6 +88,7 @@ class Judged:
     fallback: bool = False
     window_frames: int = 0
     split: WindowSplit | None = None
+    temperature: float = 0.0  # the decode's: above 0.5 it resets the conditioning context
 
 
 def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[int, ...]:
@@ -113,7 +117,8 @@ class WindowPlanner:
         self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
 
     def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
-        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
+        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language,
+                            context=self.prompt_tokens)  # fmt: skip
 
     def _prompt(self, item: ItemProgress) -> tuple[tuple[int, ...], bool]:
         tok, opt = self.tokenizer, self.options
@@ -133,9 +138,9 @@ class WindowPlanner:
         audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
         prompt, detect = self._prompt(item)
         sot_index = 0
-        if item.prompted and self.prompt_tokens:
-            # openai DecodingTask: <|startofprev|> prompt <|startoftranscript|> ...
-            prefix = (self.tokenizer.sot_prev, *self.prompt_tokens)
+        if item.context:
+            # openai DecodingTask: <|startofprev|> prompt[-223:] <|startoftranscript|> ...
+            prefix = (self.tokenizer.sot_prev, *item.context[-MAX_PROMPT_TOKENS:])
             prompt, sot_index = prefix + prompt, len(prefix)
         temperature = self.options.temperatures[item.temp_index]
         # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
@@ -177,7 +182,7 @@ class WindowPlanner:
         split = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
                              window_frames=window_frames, seek=item.seek, stats=stats,
                              empty=not opt.word_timestamps)  # fmt: skip
-        return Judged(window_frames=window_frames, split=split)
+        return Judged(window_frames=window_frames, split=split, temperature=res.temperature)
 
     def align_request(self, item: ItemProgress, judged: Judged) -> AlignWindow | None:
         """The alignment pass's input for a window whose segments get words (None: nothing to time)."""
@@ -202,14 +207,25 @@ class WindowPlanner:
         if judged.split is None:
             item.seek += judged.window_frames
             return item.done
-        item.prompted = False  # openai resets the prompt once a window's tokens are kept
         if self.options.word_timestamps:
             segments, item.seek = self._with_words(item, judged.split, alignment)
-            item.segments.extend(segments)
         else:
-            item.segments.extend(judged.split.segments)
-            item.seek = judged.split.seek
+            segments, item.seek = list(judged.split.segments), judged.split.seek
+        item.segments.extend(segments)
+        self._condition(item, segments, judged.temperature)
         return item.done
+
+    def _condition(self, item: ItemProgress, kept: list[Segment], temperature: float) -> None:
+        """The next window's prompt once a window's segments are kept (openai transcribe()): without
+        conditioning the prompt resets, so an initial prompt only reaches the first kept window; with
+        it the kept tokens (timestamps included, blank segments emptied) are appended, unless the
+        window needed a temperature above 0.5: text sampled that hot is no context to trust."""
+        if not self.options.condition_on_previous_text or temperature > 0.5:
+            item.context = ()
+            return
+        tokens = tuple(t for seg in kept for t in seg.tokens)
+        # Only the last 223 are ever sent; keeping a few more bounds the item's memory.
+        item.context = (item.context + tokens)[-2 * MAX_PROMPT_TOKENS :]
 
     def _with_words(self, item: ItemProgress, split: WindowSplit, alignment: Alignment | None) -> tuple[list[Segment], int]:
         """openai transcribe()'s word stage for one window: words into the segments, segment times
