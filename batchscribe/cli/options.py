@@ -55,6 +55,8 @@ TextColumnOpt = Annotated[str | None, typer.Option(
     help="Reference text column, copied as 'reference' (default: the first of text, transcription, sentence, "
     "normalized_text present); enables a WER report.",
     show_default=False)]
+PromptColumnOpt = Annotated[str | None, typer.Option(metavar="COL", help="Column holding each item's initial "
+                            "prompt (names, domain terms); null or empty: no prompt for that item.", show_default=False)]
 Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
     help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
 ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]

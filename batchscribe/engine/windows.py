@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from batchscribe.config import DecodeOptions
+from batchscribe.config import ConfigError, DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
 from batchscribe.engine.alignment import Alignment, AlignWindow
 from batchscribe.engine.logits import RuleSpec
@@ -91,16 +91,18 @@ class Judged:
     temperature: float = 0.0  # the decode's: above 0.5 it resets the conditioning context
 
 
-def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[int, ...]:
+def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None, item_id: str | None = None) -> tuple[int, ...]:
     """openai's encoding of an initial prompt (" " + stripped text), its last 223 tokens: half the
-    text context less <|startofprev|>, as DecodingTask trims it (with a warning here)."""
+    text context less <|startofprev|>, as DecodingTask trims it (with a warning here, naming the
+    item for a --prompt-column prompt)."""
     if not text:
         return ()
     tokens = tokenizer.encode(" " + text.strip())
     limit = MAX_PROMPT_TOKENS
     if len(tokens) > limit:
-        log.warning("--initial-prompt is %d tokens; only its last %d are used (half the text context, as "
-                    "openai-whisper trims it): shorten it to keep its start", len(tokens), limit)
+        what = "--initial-prompt" if item_id is None else f"{item_id}: the --prompt-column prompt"
+        log.warning("%s is %d tokens; only its last %d are used (half the text context, as openai-whisper "
+                    "trims it): shorten it to keep its start", what, len(tokens), limit)
         tokens = tokens[-limit:]
     return tuple(tokens)
 
@@ -116,9 +118,15 @@ class WindowPlanner:
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
         self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
 
-    def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
-        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language,
-                            context=self.prompt_tokens)  # fmt: skip
+    def start(self, item_id: str, audio: np.ndarray, prompt: str | None = None) -> ItemProgress:
+        """An item's progress; `prompt`: its own initial prompt (--prompt-column), else the run's."""
+        context = self.prompt_tokens
+        if prompt:
+            if self.tokenizer.is_multilingual and self.forced_language is None:
+                raise ConfigError(f"{item_id}: a --prompt-column prompt with a multilingual model needs --language "
+                                  "(e.g. --language en): the language is detected in the decode the prompt conditions")
+            context = initial_prompt_tokens(self.tokenizer, prompt, item_id)
+        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language, context=context)
 
     def _prompt(self, item: ItemProgress) -> tuple[tuple[int, ...], bool]:
         tok, opt = self.tokenizer, self.options

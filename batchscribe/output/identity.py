@@ -46,7 +46,7 @@ FLAGS = {
     "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",
     "decode_options.condition_on_previous_text": "--condition-on-previous-text",
     "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
-    "source_options.text_column": "--text-column", "source_options.passthrough": "--passthrough",
+    "source_options.text_column": "--text-column", "source_options.prompt_column": "--prompt-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
     "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
     "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
