@@ -42,6 +42,8 @@ InitialPrompt = Annotated[str | None, typer.Option("--initial-prompt", metavar="
                           help="Text the first window is conditioned on (names, spelling, style).")]
 ConditionOnPrevious = Annotated[bool, typer.Option("--condition-on-previous-text", help="Prompt each next window "
                                "with the item's text so far (openai's default; off: windows stay independent).")]
+Vad = Annotated[bool, typer.Option("--vad", help="Decode only the speech Silero VAD finds, in chunks of at most "
+                                   "30 s (needs pip install 'batchscribe[vad]').")]
 WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
                                               help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "

@@ -12,7 +12,7 @@ from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_we
 from batchscribe.cli.options import (
     Attention, AudioColumnOpt, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
     EncoderPrecision, FormatOpt, IdColumnOpt, Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards,
-    Output, Overwrite, Passthrough, PromptColumnOpt, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
+    Output, Overwrite, Vad, Passthrough, PromptColumnOpt, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
     InitialPrompt, Temperature, TextColumnOpt, WordTimestamps, Workers,
 )
 from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
@@ -27,7 +27,7 @@ def run_command(
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
     word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
-    condition_on_previous_text: ConditionOnPrevious = False,
+    condition_on_previous_text: ConditionOnPrevious = False, vad: Vad = False,
     temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
     audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
     text_column: TextColumnOpt = None, prompt_column: PromptColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
@@ -58,7 +58,7 @@ def run_command(
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  word_timestamps=word_timestamps, initial_prompt=initial_prompt,
-                                 condition_on_previous_text=condition_on_previous_text,
+                                 condition_on_previous_text=condition_on_previous_text, vad=vad,
                                  temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
                                  prompt_column=prompt_column,

@@ -124,7 +124,7 @@ class Scheduler:
                 self.timings["wait_input"] += t1 - t0
                 self.marks.setdefault("first_input", t1)
             item = self.windows.start(item_id, audio, *prompt)
-            if item.content_frames == 0:
+            if item.done:  # no audio, or (--vad) no speech
                 yield self.windows.transcript(item)
                 continue
             run.live[run.next_key] = item
