@@ -102,8 +102,11 @@ class ItemProgress:
 
     def window_audio(self) -> np.ndarray:
         """The samples of the window at the seek (up to 30 s, cut at the chunk's end)."""
-        end = min(self.seek + N_FRAMES, self.clip_end)
-        return self.audio[self.seek * HOP_LENGTH : end * HOP_LENGTH]
+        start = self.seek * HOP_LENGTH
+        end = start + N_FRAMES * HOP_LENGTH  # the whole item: its last partial frame's samples too
+        if self.clips is not None:
+            end = min(end, self.clips[0][1] * HOP_LENGTH)
+        return self.audio[start:end]
 
 
 @dataclass(frozen=True)
