@@ -144,7 +144,7 @@ def test_word_timestamps_enter_the_identity_only_when_on(tmp_path: Path) -> None
     # Off: exactly what versions before word timestamps recorded, so their folders resume.
     assert decode_identity(off) == {k: v for k, v in dataclasses.asdict(off).items()
                                     if k not in ("word_timestamps", "prepend_punctuations", "append_punctuations",
-                                                 "initial_prompt", "condition_on_previous_text")}
+                                                 "initial_prompt", "condition_on_previous_text", "vad")}
     write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(off)})
     commit(tmp_path, [rec(0)])
     check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(off)))})
