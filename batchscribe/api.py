@@ -34,15 +34,16 @@ from batchscribe.weights import load_state_dict, resolve_model
 from batchscribe.weights.digest import weights_sha256
 
 
-def _samples(items: Iterable[tuple[str, AudioLike]], sample_rate: int) -> Iterator[tuple[str, np.ndarray]]:
-    """(id, audio) -> (id, float32 mono 16 kHz samples). The pipeline's arrays pass through after
-    an O(1) check (the engine's path is not slowed); anything else is decoded or resampled."""
-    for item_id, audio in items:
+def _samples(items: Iterable[tuple], sample_rate: int) -> Iterator[tuple]:
+    """(id, audio[, prompt]) -> (id, float32 mono 16 kHz samples[, prompt]). The pipeline's arrays
+    pass through after an O(1) check (the engine's path is not slowed); anything else is decoded or
+    resampled. A third element is the item's own initial prompt (`--prompt-column`)."""
+    for item_id, audio, *prompt in items:
         if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
             check_array(item_id, audio)
-            yield item_id, audio
         else:
-            yield item_id, prepare_audio(item_id, audio, sample_rate)
+            audio = prepare_audio(item_id, audio, sample_rate)
+        yield (item_id, audio, *prompt)
 
 
 @dataclass(frozen=True)

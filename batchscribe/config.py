@@ -5,6 +5,7 @@ Nothing below this module reads the environment; `default_cache_dir` is the one 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,13 @@ AUTO_LANGUAGE = ("auto", "")
 
 class ConfigError(ValueError):
     """A setting that cannot work; the message names the value, the limit and the fix."""
+
+
+def require_vad() -> None:
+    """--vad's extra must be installed: a usage error before any model loads (found, not imported)."""
+    if importlib.util.find_spec("silero_vad") is None:
+        raise ConfigError("--vad needs the silero-vad package, which is not installed; "
+                          "install it with: pip install 'batchscribe[vad]'")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,13 @@ class DecodeOptions:
     # Text before <|startoftranscript|> (after <|startofprev|>) for an item's first decoded window,
     # as openai transcribe(initial_prompt=...) without condition_on_previous_text.
     initial_prompt: str | None = None
+    # Prompt each next window of an item with its previous windows' tokens (openai transcribe()'s
+    # default, True there). Off here: batch labelling wants windows judged on their own audio, and a
+    # window that drifted (a hallucination loop) would otherwise prompt the next into the same loop.
+    condition_on_previous_text: bool = False
+    # Decode only the speech Silero VAD finds, merged into chunks of at most 30 s that no window
+    # crosses (faster-whisper's batched pipeline); times stay on the item's timeline.
+    vad: bool = False
     prepend_punctuations: str = "\"'“¿([{-"
     append_punctuations: str = "\"'.。,，!！?？:：”)]}、"
 
@@ -70,6 +85,8 @@ class DecodeOptions:
             raise ConfigError(f"temperatures={self.temperatures} has a negative value; use values >= 0")
         if self.sample_len is not None and not 1 <= self.sample_len <= 448:
             raise ConfigError(f"sample_len={self.sample_len} is outside 1..448")
+        if self.vad:
+            require_vad()
 
 
 @dataclass(frozen=True)

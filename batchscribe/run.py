@@ -145,7 +145,7 @@ def run_config(inputs: Sequence[str], opts: RunOptions, listing: dict[str, str])
         "id_scheme": ID_SCHEME,
         "source_options": {"audio_column": src.audio_column, "id_column": src.id_column,
                            "text_column": src.text_column, "passthrough": list(src.passthrough),
-                           "config": src.config, "split": src.split},
+                           "config": src.config, "split": src.split, **src.prompt_identity()},
         "num_shards": src.num_shards,
         "batchscribe_version": __version__,
     }
@@ -358,7 +358,7 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: S
                 sink.add(error_record(d.id, d.error or "no audio decoded", d.text, d.extra))
                 continue
             pending[d.id] = (d.text, dict(d.extra))
-            yield d.id, d.audio
+            yield (d.id, d.audio, d.prompt) if d.prompt else (d.id, d.audio)  # a prompt: --prompt-column
 
     for rec in transcriber.transcribe_stream(feed()):
         item_id = str(rec.get("id"))

@@ -36,6 +36,7 @@ def test_help_lists_commands_and_examples() -> None:
     result = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "160"})
     assert result.exit_code == 0
     for text in ("--output", "--max-errors", "--num-shards", "--word-timestamps", "--initial-prompt", "Examples",
+                 "--condition-on-previous-text",
                  "batchscribe run --demo -o demo-out"):
         assert text in result.output
 

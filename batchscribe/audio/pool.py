@@ -55,6 +55,7 @@ class DecodedItem:
     text: str | None
     extra: dict[str, Any] = field(default_factory=dict)
     source_path: str | None = None
+    prompt: str | None = None  # the item's initial prompt (--prompt-column)
 
 
 def default_workers() -> int:
@@ -229,6 +230,7 @@ def _finish_chunk(chunk: list[SourceItem], results: list[Result]) -> Iterator[De
             text=item.text,
             extra=item.extra,
             source_path=item.path,
+            prompt=item.prompt,
         )
 
 

@@ -40,6 +40,10 @@ TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate 
 NoTimestamps = Annotated[bool, typer.Option("--without-timestamps", help="Decode without timestamp tokens.")]
 InitialPrompt = Annotated[str | None, typer.Option("--initial-prompt", metavar="TEXT", show_default=False,
                           help="Text the first window is conditioned on (names, spelling, style).")]
+ConditionOnPrevious = Annotated[bool, typer.Option("--condition-on-previous-text", help="Prompt each next window "
+                               "with the item's text so far (openai's default; off: windows stay independent).")]
+Vad = Annotated[bool, typer.Option("--vad", help="Decode only the speech Silero VAD finds, in chunks of at most "
+                                   "30 s (needs pip install 'batchscribe[vad]').")]
 WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
                                               help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
@@ -53,6 +57,8 @@ TextColumnOpt = Annotated[str | None, typer.Option(
     help="Reference text column, copied as 'reference' (default: the first of text, transcription, sentence, "
     "normalized_text present); enables a WER report.",
     show_default=False)]
+PromptColumnOpt = Annotated[str | None, typer.Option(metavar="COL", help="Column holding each item's initial "
+                            "prompt (names, domain terms); null or empty: no prompt for that item.", show_default=False)]
 Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
     help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
 ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]

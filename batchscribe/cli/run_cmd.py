@@ -11,10 +11,11 @@ import typer
 from batchscribe.audio.sources import SourceOptions
 from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
-    Attention, AudioColumnOpt, BatchSize, CacheDir, ConfigName, CrossKVOpt, CudaGraphs, Demo, Device, DTypeOpt,
-    EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt, Inputs, Language, Limit, MaxErrors,
-    Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough, Ray, RayWorkers, Report, RetryErrors, ShardIndex,
-    ShardSize, ShowProgress, Split, TaskOpt, Temperature, TextColumnOpt, WordTimestamps, Workers,
+    Attention, AudioColumnOpt, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt, CudaGraphs, Demo,
+    Device, DTypeOpt, EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt, Inputs, Language,
+    Limit, MaxErrors, Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough, PromptColumnOpt, Ray,
+    RayWorkers, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt, Temperature,
+    TextColumnOpt, Vad, WordTimestamps, Workers,
 )
 from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
@@ -29,9 +30,11 @@ def run_command(
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
     word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
+    condition_on_previous_text: ConditionOnPrevious = False, vad: Vad = False,
     temperature: Temperature = DEFAULT_TEMPERATURES, limit: Limit = None, fmt: FormatOpt = "jsonl",
     audio_column: AudioColumnOpt = "audio", id_column: IdColumnOpt = None,
-    text_column: TextColumnOpt = None, passthrough: Passthrough = None, config_name: ConfigName = None,
+    text_column: TextColumnOpt = None, prompt_column: PromptColumnOpt = None, passthrough: Passthrough = None,
+    config_name: ConfigName = None,
     split: Split = None, num_shards: NumShards = 1, shard_index: ShardIndex = 0, workers: Workers = None,
     max_errors: MaxErrors = None, shard_size: ShardSize = 1000, overwrite: Overwrite = False,
     retry_errors: RetryErrors = False, cache_dir: CacheDir = None, progress: ShowProgress = True, report: Report = True,
@@ -50,6 +53,9 @@ def run_command(
         _die("no input given; pass a Parquet file, folder, glob, manifest or dataset id (or --demo)", 2)
     if output is None:
         _die("missing --output/-o DIR: the directory to write records into", 2)
+    if initial_prompt is not None and prompt_column is not None:
+        _die("--initial-prompt and --prompt-column both give the prompt: pass one (put a shared prompt into "
+             "the column's rows)", 2)
     with _handled():
         opts = RunOptions(
             model=model, cache_dir=cache_dir,
@@ -57,8 +63,10 @@ def run_command(
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  word_timestamps=word_timestamps, initial_prompt=initial_prompt,
+                                 condition_on_previous_text=condition_on_previous_text, vad=vad,
                                  temperatures=parse_temperatures(temperature)),
             source=SourceOptions(audio_column=audio_column, id_column=id_column, text_column=text_column,
+                                 prompt_column=prompt_column,
                                  passthrough=split_columns(passthrough), config=config_name, split=split,
                                  num_shards=num_shards, shard_index=shard_index, limit=limit),
             format=fmt, workers=workers, max_errors=max_errors, overwrite=overwrite, shard_size=shard_size,

@@ -55,7 +55,7 @@ class SchedulePolicy:
 class _Run:
     """One stream's bookkeeping."""
 
-    source: Iterator[tuple[str, np.ndarray]]
+    source: Iterator[tuple]  # (id, audio) or (id, audio, prompt)
     exhausted: bool = False
     live: dict[int, ItemProgress] = field(default_factory=dict)  # key -> item with a window queued or in a slot
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
@@ -82,8 +82,9 @@ class Scheduler:
         finally:
             self.timings[stage] += time.perf_counter() - t0
 
-    def run(self, items: Iterable[tuple[str, np.ndarray]], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
-        """Transcripts of `items` (float32 mono 16 kHz arrays) as they finish, not in input order."""
+    def run(self, items: Iterable[tuple], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
+        """Transcripts of `items` ((id, float32 mono 16 kHz array), or (id, array, the item's initial
+        prompt)) as they finish, not in input order."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
@@ -114,7 +115,7 @@ class Scheduler:
         while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
             t0 = time.perf_counter()
             try:
-                item_id, audio = next(run.source)
+                item_id, audio, *prompt = next(run.source)  # (id, audio) or (id, audio, the item's prompt)
             except StopIteration:
                 run.exhausted = True
                 break
@@ -122,8 +123,8 @@ class Scheduler:
                 t1 = time.perf_counter()
                 self.timings["wait_input"] += t1 - t0
                 self.marks.setdefault("first_input", t1)
-            item = self.windows.start(item_id, audio)
-            if item.content_frames == 0:
+            item = self.windows.start(item_id, audio, *prompt)
+            if item.done:  # no audio, or (--vad) no speech
                 yield self.windows.transcript(item)
                 continue
             run.live[run.next_key] = item

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from batchscribe.config import DecodeOptions
+from batchscribe.audio.vad import SpeechDetector, SpeechMap, join_speech
+from batchscribe.config import ConfigError, DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
 from batchscribe.engine.alignment import Alignment, AlignWindow
 from batchscribe.engine.logits import RuleSpec
@@ -61,7 +62,15 @@ class ItemProgress:
     seek: int = 0  # mel frames consumed
     temp_index: int = 0  # rung of the temperature ladder the next window decodes at
     segments: list[Segment] = field(default_factory=list)
-    prompted: bool = True  # the initial prompt (if any) still applies: no window has given segments yet
+    # What the next window is prompted with after <|startofprev|>: openai transcribe()'s
+    # all_tokens[prompt_reset_since:], the initial prompt until a window is kept, then (conditioning
+    # on previous text) the kept windows' tokens since the last reset; the last 223 are sent.
+    context: tuple[int, ...] = ()
+    # --vad: the speech chunks as (start, end) mel frames; no window crosses a chunk's end and the
+    # frames between chunks are never decoded (openai's clip_timestamps). None: the whole item.
+    clips: tuple[tuple[int, int], ...] | None = None
+    speech: SpeechMap | None = None  # --vad: `audio` is the joined speech; this maps its times back
+    original_samples: int = 0  # --vad: the item's own length
     last_speech: float = 0.0  # end of the last word so far (word timestamps; openai's last_speech_timestamp)
 
     @property
@@ -70,11 +79,34 @@ class ItemProgress:
 
     @property
     def duration(self) -> float:
-        return len(self.audio) / SAMPLE_RATE
+        return (self.original_samples or len(self.audio)) / SAMPLE_RATE
 
     @property
     def done(self) -> bool:
         return self.seek >= self.content_frames
+
+    @property
+    def clip_end(self) -> int:
+        """Where the current window must end at the latest: its speech chunk's end, or the item's."""
+        return self.content_frames if self.clips is None else self.clips[0][1]
+
+    def enter_clip(self) -> None:
+        """Past a chunk's end, jump to the next chunk's start; past the last, the item is done."""
+        while self.clips is not None and self.seek >= self.clips[0][1]:
+            self.clips = self.clips[1:]
+            if not self.clips:
+                self.seek = self.content_frames
+                return
+        if self.clips:
+            self.seek = max(self.seek, self.clips[0][0])
+
+    def window_audio(self) -> np.ndarray:
+        """The samples of the window at the seek (up to 30 s, cut at the chunk's end)."""
+        start = self.seek * HOP_LENGTH
+        end = start + N_FRAMES * HOP_LENGTH  # the whole item: its last partial frame's samples too
+        if self.clips is not None:
+            end = min(end, self.clips[0][1] * HOP_LENGTH)
+        return self.audio[start:end]
 
 
 @dataclass(frozen=True)
@@ -85,18 +117,21 @@ class Judged:
     fallback: bool = False
     window_frames: int = 0
     split: WindowSplit | None = None
+    temperature: float = 0.0  # the decode's: above 0.5 it resets the conditioning context
 
 
-def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[int, ...]:
+def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None, item_id: str | None = None) -> tuple[int, ...]:
     """openai's encoding of an initial prompt (" " + stripped text), its last 223 tokens: half the
-    text context less <|startofprev|>, as DecodingTask trims it (with a warning here)."""
+    text context less <|startofprev|>, as DecodingTask trims it (with a warning here, naming the
+    item for a --prompt-column prompt)."""
     if not text:
         return ()
     tokens = tokenizer.encode(" " + text.strip())
     limit = MAX_PROMPT_TOKENS
     if len(tokens) > limit:
-        log.warning("--initial-prompt is %d tokens; only its last %d are used (half the text context, as "
-                    "openai-whisper trims it): shorten it to keep its start", len(tokens), limit)
+        what = "--initial-prompt" if item_id is None else f"{item_id}: the --prompt-column prompt"
+        log.warning("%s is %d tokens; only its last %d are used (half the text context, as openai-whisper "
+                    "trims it): shorten it to keep its start", what, len(tokens), limit)
         tokens = tokens[-limit:]
     return tuple(tokens)
 
@@ -111,9 +146,24 @@ class WindowPlanner:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
         self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
+        self._vad = SpeechDetector() if options.vad else None
 
-    def start(self, item_id: str, audio: np.ndarray) -> ItemProgress:
-        return ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language)
+    def start(self, item_id: str, audio: np.ndarray, prompt: str | None = None) -> ItemProgress:
+        """An item's progress; `prompt`: its own initial prompt (--prompt-column), else the run's."""
+        context = self.prompt_tokens
+        if prompt:
+            if self.tokenizer.is_multilingual and self.forced_language is None:
+                raise ConfigError(f"{item_id}: a --prompt-column prompt with a multilingual model needs --language "
+                                  "(e.g. --language en): the language is detected in the decode the prompt conditions")
+            context = initial_prompt_tokens(self.tokenizer, prompt, item_id)
+        item = ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language, context=context)
+        if self._vad is not None:
+            item.original_samples = len(item.audio)
+            item.audio, chunks, item.speech = join_speech(item.audio, *self._vad.speech(item.audio))
+            frames = [(s // HOP_LENGTH, min(-(-e // HOP_LENGTH), item.content_frames)) for s, e in chunks]
+            item.clips = tuple((s, e) for s, e in frames if e > s)
+            item.seek = item.clips[0][0] if item.clips else item.content_frames  # no speech: no window
+        return item
 
     def _prompt(self, item: ItemProgress) -> tuple[tuple[int, ...], bool]:
         tok, opt = self.tokenizer, self.options
@@ -129,13 +179,12 @@ class WindowPlanner:
 
     def request(self, key: int, item: ItemProgress) -> WindowRequest:
         """The item's next window, at its current temperature."""
-        start = item.seek * HOP_LENGTH
-        audio = item.audio[start : start + N_FRAMES * HOP_LENGTH]
+        audio = item.window_audio()
         prompt, detect = self._prompt(item)
         sot_index = 0
-        if item.prompted and self.prompt_tokens:
-            # openai DecodingTask: <|startofprev|> prompt <|startoftranscript|> ...
-            prefix = (self.tokenizer.sot_prev, *self.prompt_tokens)
+        if item.context:
+            # openai DecodingTask: <|startofprev|> prompt[-223:] <|startoftranscript|> ...
+            prefix = (self.tokenizer.sot_prev, *item.context[-MAX_PROMPT_TOKENS:])
             prompt, sot_index = prefix + prompt, len(prefix)
         temperature = self.options.temperatures[item.temp_index]
         # Sampling depends only on (seed, item, window, attempt): resumable and batch-independent.
@@ -167,7 +216,7 @@ class WindowPlanner:
         fallback = self._needs_fallback(stats.avg_logprob, stats.compression_ratio, res.no_speech_prob)
         if fallback and item.temp_index + 1 < len(opt.temperatures):
             return Judged(fallback=True)
-        window_frames = min(N_FRAMES, item.content_frames - item.seek)
+        window_frames = min(N_FRAMES, item.content_frames - item.seek, item.clip_end - item.seek)
         skip = opt.no_speech_threshold is not None and res.no_speech_prob > opt.no_speech_threshold
         if opt.logprob_threshold is not None and stats.avg_logprob > opt.logprob_threshold:
             skip = False
@@ -177,7 +226,7 @@ class WindowPlanner:
         split = split_window(res.tokens, self.tokenizer, time_offset=item.seek * HOP_LENGTH / SAMPLE_RATE,
                              window_frames=window_frames, seek=item.seek, stats=stats,
                              empty=not opt.word_timestamps)  # fmt: skip
-        return Judged(window_frames=window_frames, split=split)
+        return Judged(window_frames=window_frames, split=split, temperature=res.temperature)
 
     def align_request(self, item: ItemProgress, judged: Judged) -> AlignWindow | None:
         """The alignment pass's input for a window whose segments get words (None: nothing to time)."""
@@ -189,8 +238,7 @@ class WindowPlanner:
             return None
         prefix, _ = self._prompt(item)
         prefix = tuple(t for t in prefix if t != self.tokenizer.no_timestamps)
-        start = item.seek * HOP_LENGTH
-        return AlignWindow(item.audio[start : start + N_FRAMES * HOP_LENGTH], prefix, text, judged.window_frames)
+        return AlignWindow(item.window_audio(), prefix, text, judged.window_frames)
 
     def settle(self, item: ItemProgress, judged: Judged, alignment: Alignment | None = None) -> bool:
         """Apply a judged window to its item (`alignment`: its words' attention, when timed); True
@@ -201,15 +249,28 @@ class WindowPlanner:
         item.temp_index = 0
         if judged.split is None:
             item.seek += judged.window_frames
+            item.enter_clip()
             return item.done
-        item.prompted = False  # openai resets the prompt once a window's tokens are kept
         if self.options.word_timestamps:
             segments, item.seek = self._with_words(item, judged.split, alignment)
-            item.segments.extend(segments)
         else:
-            item.segments.extend(judged.split.segments)
-            item.seek = judged.split.seek
+            segments, item.seek = list(judged.split.segments), judged.split.seek
+        item.segments.extend(segments)
+        self._condition(item, segments, judged.temperature)
+        item.enter_clip()
         return item.done
+
+    def _condition(self, item: ItemProgress, kept: list[Segment], temperature: float) -> None:
+        """The next window's prompt once a window's segments are kept (openai transcribe()): without
+        conditioning the prompt resets, so an initial prompt only reaches the first kept window; with
+        it the kept tokens (timestamps included, blank segments emptied) are appended, unless the
+        window needed a temperature above 0.5: text sampled that hot is no context to trust."""
+        if not self.options.condition_on_previous_text or temperature > 0.5:
+            item.context = ()
+            return
+        tokens = tuple(t for seg in kept for t in seg.tokens)
+        # Only the last 223 are ever sent; keeping a few more bounds the item's memory.
+        item.context = (item.context + tokens)[-2 * MAX_PROMPT_TOKENS :]
 
     def _with_words(self, item: ItemProgress, split: WindowSplit, alignment: Alignment | None) -> tuple[list[Segment], int]:
         """openai transcribe()'s word stage for one window: words into the segments, segment times
@@ -240,4 +301,14 @@ class WindowPlanner:
 
     def transcript(self, item: ItemProgress) -> Transcript:
         code = self._code_of_token.get(item.language_token, "en") if item.language_token else "en"
-        return Transcript(item.id, tuple(item.segments), code, item.duration, self.options.word_timestamps)
+        segments = item.segments if item.speech is None else [_on_original(s, item.speech) for s in item.segments]
+        return Transcript(item.id, tuple(segments), code, item.duration, self.options.word_timestamps)
+
+
+def _on_original(seg: Segment, speech: SpeechMap) -> Segment:
+    """A segment decoded from joined speech (--vad), its times and its words' on the item's timeline."""
+    words = seg.words
+    if words is not None:
+        words = tuple({**w, "start": round(speech.to_original(w["start"]), 2),
+                       "end": round(speech.to_original(w["end"], is_end=True), 2)} for w in words)  # fmt: skip
+    return replace(seg, start=speech.to_original(seg.start), end=speech.to_original(seg.end, is_end=True), words=words)

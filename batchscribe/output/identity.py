@@ -45,8 +45,9 @@ FLAGS = {
     "decode_options.task": "--task", "decode_options.language": "--language",
     "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
     "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",
+    "decode_options.condition_on_previous_text": "--condition-on-previous-text", "decode_options.vad": "--vad",
     "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
-    "source_options.text_column": "--text-column", "source_options.passthrough": "--passthrough",
+    "source_options.text_column": "--text-column", "source_options.prompt_column": "--prompt-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
     "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
     "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
@@ -66,6 +67,9 @@ def decode_identity(options: DecodeOptions) -> dict[str, Any]:
             found.pop(key)
     if options.initial_prompt is None:
         found.pop("initial_prompt")  # as before the option existed
+    for flag in ("condition_on_previous_text", "vad"):  # off: as before the options existed
+        if not found[flag]:
+            found.pop(flag)
     return found
 
 

@@ -129,6 +129,9 @@ def _check_options(opts: RunOptions) -> None:
     if opts.source.limit is not None:
         raise ConfigError("--limit counts items in input order, which Ray's parallel reads do not keep; "
                           "drop --limit (or run without --ray)")
+    if opts.source.prompt_column is not None:  # the decode tasks' rows carry (id, audio) only
+        raise ConfigError(f"--prompt-column {opts.source.prompt_column} is not carried through Ray's decode tasks "
+                          "yet; run without --ray (or give one --initial-prompt for every item)")
 
 
 def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, plan: RayPlan = RayPlan(),

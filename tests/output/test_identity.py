@@ -144,7 +144,7 @@ def test_word_timestamps_enter_the_identity_only_when_on(tmp_path: Path) -> None
     # Off: exactly what versions before word timestamps recorded, so their folders resume.
     assert decode_identity(off) == {k: v for k, v in dataclasses.asdict(off).items()
                                     if k not in ("word_timestamps", "prepend_punctuations", "append_punctuations",
-                                                 "initial_prompt")}
+                                                 "initial_prompt", "condition_on_previous_text", "vad")}
     write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(off)})
     commit(tmp_path, [rec(0)])
     check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(off)))})
@@ -162,3 +162,15 @@ def test_an_initial_prompt_enters_the_identity_only_when_set(tmp_path: Path) -> 
     prompted = json.loads(json.dumps(decode_identity(DecodeOptions(initial_prompt="Names: Kenobi."))))
     with pytest.raises(ResumeConflictError, match=r"decode_options.initial_prompt: .*\(--initial-prompt\)"):
         check_run_config(tmp_path, {**BASE, "decode_options": prompted})
+
+
+def test_conditioning_enters_the_identity_only_when_on(tmp_path: Path) -> None:
+    from batchscribe.config import DecodeOptions
+    from batchscribe.output.identity import decode_identity
+
+    assert "condition_on_previous_text" not in decode_identity(DecodeOptions())
+    write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(DecodeOptions())})
+    commit(tmp_path, [rec(0)])
+    on = json.loads(json.dumps(decode_identity(DecodeOptions(condition_on_previous_text=True))))
+    with pytest.raises(ResumeConflictError, match=r"condition_on_previous_text: .*\(--condition-on-previous-text\)"):
+        check_run_config(tmp_path, {**BASE, "decode_options": on})

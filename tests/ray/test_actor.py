@@ -72,7 +72,8 @@ def test_ray_refuses_inputs_it_cannot_read_before_anything_is_written(tmp_path: 
     runner = CliRunner()
     cases = [(["run", str(tmp_path / "a.flac"), "--ray", "local"], "--ray reads Parquet inputs"),
              (["run", str(tmp_path), "--ray", "local", "--limit", "3"], "--limit"),
-             (["run", str(tmp_path), "--ray-workers", "2"], "add --ray")]  # fmt: skip
+             (["run", str(tmp_path), "--ray-workers", "2"], "add --ray"),
+             (["run", str(tmp_path), "--ray", "local", "--prompt-column", "names"], "--prompt-column names")]  # fmt: skip
     for args, says in cases:
         result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")], env={"COLUMNS": "300"})
         assert result.exit_code == 2 and says in result.output, result.output

@@ -25,10 +25,11 @@ class Columns:
     id: str | None
     text: str | None
     passthrough: tuple[str, ...]
+    prompt: str | None = None
 
     @property
     def needed(self) -> list[str]:
-        names = [self.audio, self.id, self.text, *self.passthrough]
+        names = [self.audio, self.id, self.text, self.prompt, *self.passthrough]
         return list(dict.fromkeys(n for n in names if n is not None))
 
 
@@ -46,7 +47,8 @@ def resolve_columns(
 
     if audio_column not in available:
         raise missing("audio", audio_column, "--audio-column")
-    for name, flag in ((opts.id_column, "--id-column"), (opts.text_column, "--text-column")):
+    for name, flag in ((opts.id_column, "--id-column"), (opts.text_column, "--text-column"),
+                       (opts.prompt_column, "--prompt-column")):  # fmt: skip
         if name is not None and name not in available:
             raise missing(flag[2:].replace("-column", ""), name, flag)
     for name in opts.passthrough:
@@ -54,7 +56,7 @@ def resolve_columns(
             raise missing("passthrough", name, "--passthrough")
     id_col = opts.id_column or ("id" if "id" in available else None)
     text_col = opts.text_column or next((c for c in REFERENCE_COLUMNS if c in available), None)
-    return Columns(audio_column, id_col, text_col, opts.passthrough)
+    return Columns(audio_column, id_col, text_col, opts.passthrough, opts.prompt_column)
 
 
 def note_columns(cols: Columns, opts: SourceOptions) -> None:
@@ -117,4 +119,14 @@ def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Pat
         text=str(raw_text) if raw_text is not None else None,
         extra={name: row[name] for name in cols.passthrough},
         origin=origin or derived_id,
+        prompt=_prompt_value(row[cols.prompt]) if cols.prompt is not None else None,
     )
+
+
+def _prompt_value(value: Any) -> str | None:
+    """A prompt cell: null, empty or blank means no prompt for that item (a column filled only
+    where names are known is the common case, not an error)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    return text or None

@@ -20,6 +20,7 @@ class SourceOptions:
     id_column: str | None = None  # None: "id" when that column exists, else a derived id
     text_column: str | None = None  # None: the first of columns.REFERENCE_COLUMNS present, else no reference
     passthrough: tuple[str, ...] = ()  # columns copied into SourceItem.extra
+    prompt_column: str | None = None  # each item's initial prompt (names, domain terms); null: none
     config: str | None = None  # datasets config name (hub ids and hub-style folders)
     split: str | None = None  # datasets split; needed only when a dataset has several
     streaming: bool = True  # datasets: stream rows instead of downloading/preparing first
@@ -49,6 +50,11 @@ class SourceOptions:
         if not self.audio_column:
             raise ConfigError("audio_column is empty; name the column holding the audio")
 
+    def prompt_identity(self) -> dict[str, str]:
+        """The prompt column as the run config records it: only when set, so folders written
+        before the option existed still resume."""
+        return {} if self.prompt_column is None else {"prompt_column": self.prompt_column}
+
 
 @dataclass(frozen=True)
 class SourceItem:
@@ -69,8 +75,9 @@ class SourceItem:
     # with the extension, a manifest's path as written, `<parquet file>:<row>`. It names a
     # duplicate id (`<id>#<origin>`), so the name does not depend on what else is listed.
     origin: str | None = field(default=None, compare=False)
+    prompt: str | None = None  # the item's initial prompt (--prompt-column); None or "": none
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # A memoryview cannot be pickled (to a decode process, or by Ray): send its bytes.
         data = bytes(self.audio_bytes) if isinstance(self.audio_bytes, memoryview) else self.audio_bytes
-        return SourceItem, (self.id, data, self.path, self.text, self.extra, self.origin)
+        return SourceItem, (self.id, data, self.path, self.text, self.extra, self.origin, self.prompt)

@@ -23,6 +23,7 @@ def test_passthrough_columns(parquet_path: Path, reference: list[dict]) -> None:
         (SourceOptions(id_column="utt_id"), "--id-column", "utt_id"),
         (SourceOptions(text_column="sentence"), "--text-column", "sentence"),
         (SourceOptions(passthrough=("gender",)), "--passthrough", "gender"),
+        (SourceOptions(prompt_column="names"), "--prompt-column", "names"),
     ],
 )
 def test_missing_column_lists_available(parquet_path: Path, opts: SourceOptions, flag: str, name: str) -> None:
