@@ -30,9 +30,9 @@ from batchscribe.config import ConfigError
 from batchscribe.fleet.plan import EXIT_USAGE, ChildPlan, child_options, on_exit, parse_gpus, plan_children
 from batchscribe.fleet.summary import fleet_summary
 from batchscribe.output.lock import lock_output
+from batchscribe.output.records import now_iso
 from batchscribe.output.resume import inspect_output, output_prefix, remove_records, shard_pattern, summary_name
 from batchscribe.output.writers import write_summary
-from batchscribe.output.records import now_iso
 from batchscribe.run import RunOptions, RunResult, TooManyErrors, sigterm_as_interrupt
 from batchscribe.sink import ProgressCallback, RunProgress, estimate_total
 
