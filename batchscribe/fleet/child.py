@@ -1,7 +1,7 @@
 """What one child of a `--gpus` run executes: `python -m batchscribe.fleet.child`.
 
-The parent writes the pickled (inputs, output folder, RunOptions) to the child's stdin and keeps
-the pipe open; the child runs the plain `run()` and reports on its stdout, one JSON object a line:
+The parent writes the job (inputs, output folder, RunOptions; fleet/wire.py) to the child's stdin
+as one JSON line and keeps the pipe open; the child runs the plain `run()` and reports on its stdout, one JSON object a line:
 `{"progress": RunProgress fields}`, then `{"summary": ...}`, or `{"error": message}`. Everything
 else the child would print goes to stderr, so no stray print can corrupt that stream.
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import IO, Any
 from batchscribe.audio.sources import SourceError
 from batchscribe.config import ConfigError
 from batchscribe.fleet.plan import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from batchscribe.fleet.wire import decode_job
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import Terminated, TooManyErrors, run
 from batchscribe.sink import RunProgress
@@ -56,7 +56,7 @@ def main() -> int:
     os.dup2(2, 1)  # stray prints (a library's) go to stderr, never into the message stream
     # The parent stops its children with SIGTERM; a Ctrl-C at the terminal reaches only the parent
     # (children run in their own session), which forwards it once.
-    inputs, output_dir, opts = pickle.load(sys.stdin.buffer)
+    inputs, output_dir, opts = decode_job(sys.stdin.buffer.readline())
     threading.Thread(target=_watch_parent, args=(sys.stdin.buffer,), daemon=True).start()
 
     def progress(p: RunProgress) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import pickle
 import queue
 import signal
 import subprocess
@@ -29,6 +28,7 @@ from typing import IO, Any
 from batchscribe.config import ConfigError
 from batchscribe.fleet.plan import EXIT_USAGE, ChildPlan, child_options, on_exit, parse_gpus, plan_children
 from batchscribe.fleet.summary import fleet_summary
+from batchscribe.fleet.wire import encode_job
 from batchscribe.output.lock import lock_output
 from batchscribe.output.records import now_iso
 from batchscribe.output.resume import inspect_output, output_prefix, remove_records, shard_pattern, summary_name
@@ -116,7 +116,7 @@ class Supervisor:
                                 start_new_session=True)  # fmt: skip
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         # The pipe stays open for the child's life: its end of file tells the child the parent died.
-        proc.stdin.write(pickle.dumps((self.inputs, self.output_dir, opts)))
+        proc.stdin.write(encode_job(self.inputs, self.output_dir, opts))
         proc.stdin.flush()
         child.proc = proc
         rank, gen = child.plan.rank, child.generation
