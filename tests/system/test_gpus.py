@@ -88,15 +88,21 @@ def test_two_children_equal_a_plain_run_and_a_killed_child_is_restarted(
     assert {r["id"]: outcome(r) for r in committed(out)} == reference  # nothing changed
 
 
+def _fleet_under_way(clips: Path, out: Path, model_cache: Path, log: Path) -> tuple[list[str], subprocess.Popen, list]:
+    """A two-child run started, once a shard is committed and both children hold their locks:
+    (its command, the parent, the children's pids)."""
+    cmd = command(clips, out, model_cache, "jsonl", 2, 0, *FLEET)
+    proc = _start(cmd, log)
+    _wait_for(lambda: len(shards(out)) >= 1 and all(owner_pid(out, p) for p in PREFIXES), proc, log)
+    return cmd, proc, [owner_pid(out, p) for p in PREFIXES]
+
+
 def test_sigterm_to_the_parent_stops_every_child_then_a_rerun_resumes(
     clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
 ) -> None:
     out, log = tmp_path / "out", tmp_path / "run.stderr"
-    cmd = command(clips, out, model_cache, "jsonl", 2, 0, *FLEET)
-    proc = _start(cmd, log)
+    cmd, proc, children = _fleet_under_way(clips, out, model_cache, log)
     try:
-        _wait_for(lambda: len(shards(out)) >= 1, proc, log)
-        children = [owner_pid(out, p) for p in PREFIXES]
         proc.send_signal(signal.SIGTERM)  # the parent alone, as `timeout` or `docker stop` do
         code = proc.wait(timeout=RUN_TIMEOUT_S)
     finally:
@@ -121,10 +127,7 @@ def test_a_killed_parent_takes_its_children_down_and_a_rerun_resumes(
 ) -> None:
     """SIGKILL to the parent alone: the children see their stdin close, commit and stop."""
     out, log = tmp_path / "out", tmp_path / "run.stderr"
-    cmd = command(clips, out, model_cache, "jsonl", 2, 0, *FLEET)
-    proc = _start(cmd, log)
-    _wait_for(lambda: len(shards(out)) >= 1 and all(owner_pid(out, p) for p in PREFIXES), proc, log)
-    children = [owner_pid(out, p) for p in PREFIXES]
+    cmd, proc, children = _fleet_under_way(clips, out, model_cache, log)
     proc.kill()
     proc.wait()
     deadline = time.monotonic() + 60
