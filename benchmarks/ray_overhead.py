@@ -2,6 +2,7 @@
 on the same rows, on the CPU (issue 21: <= 10 % at 2 workers). A program, not a timed test.
 
     python benchmarks/ray_overhead.py [--parquet ROWS.parquet] [--rows 40] [--repeat 2]
+    python benchmarks/ray_overhead.py --device cuda --rows 100 --replicate 10   (one GPU, issue 21)
 
 Both runs are fresh processes into fresh folders with the real tiny.en (converted once before
 timing). The Ray run joins a local cluster this program starts once (`ray.init(num_cpus=N)`), so
@@ -10,6 +11,11 @@ charged to each run. Reported: the process wall clock, and the in-run wall (summ
 `wall_seconds`: lock to summary, model load included). Overhead = Ray / plain - 1. The plain run
 uses its default decode processes; torch's threads are the machine's cores in the plain run and
 split between the two actors on Ray. The records are compared too: they must be equal.
+
+With --device cuda (the lent H200), the three one-GPU paths on the same rows: a plain run,
+`--gpus 1` (one child process) and `--ray --ray-workers 1` (one GPU actor); issue 21 asks each to
+match the plain run's records and throughput within 10 %. --replicate copies the rows (ids made
+unique) so a GPU run is long enough to time.
 """
 
 from __future__ import annotations
@@ -30,17 +36,25 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "test-other-subset-00000-of-00001.parquet"
 
 
-def _rows(src: Path, n: int, folder: Path) -> Path:
+def _rows(src: Path, n: int, folder: Path, replicate: int = 1) -> Path:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     path = folder / "rows.parquet"
-    pq.write_table(pq.read_table(src, columns=["id", "audio", "text"]).slice(0, n), path)
+    table = pq.read_table(src, columns=["id", "audio", "text"]).slice(0, n)
+    if replicate > 1:
+        ids = table.column("id").to_pylist()
+        table = pa.concat_tables([table.set_column(0, "id", pa.array([f"{i}~{k}" for i in ids])) for k in range(replicate)])
+    pq.write_table(table, path, row_group_size=64)
     return path
+
+
+DEVICE = "cpu"  # --device; the runs' --device
 
 
 def _cmd(rows: Path, out: Path, cache: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "batchscribe", "run", str(rows), "-o", str(out), "--cache-dir", str(cache),
-            "--device", "cpu", "--no-progress", "--no-report", *extra]  # fmt: skip
+            "--device", DEVICE, "--no-progress", "--no-report", *extra]  # fmt: skip
 
 
 def _run(rows: Path, out: Path, cache: Path, extra: list[str]) -> tuple[float, dict]:
@@ -85,33 +99,58 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=40)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local Ray cluster")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: plain, --gpus 1 and one GPU actor on Ray (the lent H200)")
+    ap.add_argument("--replicate", type=int, default=1, help="copies of the rows, ids made unique")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     import ray
 
+    gpu = args.device == "cuda"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows, cache = _rows(args.parquet, args.rows, folder), folder / "cache"
+        rows, cache = _rows(args.parquet, args.rows, folder, args.replicate), folder / "cache"
         _run(rows, folder / "warm", cache, ["--limit", "1"])  # the model converted once, outside the timing
         t0 = time.monotonic()
-        ray.init(num_cpus=args.cpus, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+        ray.init(num_cpus=args.cpus, num_gpus=1 if gpu else 0, include_dashboard=False,
+                 logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
         cluster_s, address = time.monotonic() - t0, ray.get_runtime_context().gcs_address
-        results = {"plain": [], "plain x2 (--num-shards 2)": [], "ray": []}
+        runs = _gpu_runs(address) if gpu else _cpu_runs(address)
+        results = {name: [] for name in runs}
         for k in range(args.repeat):  # alternated, so a noisy neighbour hits all alike
-            results["plain"].append(_run(rows, folder / f"plain{k}", cache, []))
-            results["plain x2 (--num-shards 2)"].append(_two_processes(rows, folder / f"two{k}", cache))
-            results["ray"].append(_run(rows, folder / f"ray{k}", cache, ["--ray", address, "--ray-workers", "2"]))
-        same = _records(folder / "plain0") == _records(folder / "ray0") == _records(folder / "two0")
+            for i, (name, go) in enumerate(runs.items()):
+                results[name].append(go(rows, folder / f"run{i}_{k}", cache))
+        found = [_records(folder / f"run{i}_0") for i in range(len(runs))]
+        same = all(f == found[0] for f in found)
         ray.shutdown()
+    _print(args, results, cluster_s, same, gpu)
+
+
+def _cpu_runs(address: str) -> dict:
+    return {"plain": lambda rows, out, cache: _run(rows, out, cache, []),
+            "plain x2 (--num-shards 2)": _two_processes,
+            "ray": lambda rows, out, cache: _run(rows, out, cache, ["--ray", address, "--ray-workers", "2"])}  # fmt: skip
+
+
+def _gpu_runs(address: str) -> dict:
+    return {"plain": lambda rows, out, cache: _run(rows, out, cache, []),
+            "--gpus 1": lambda rows, out, cache: _run(rows, out, cache, ["--gpus", "1"]),
+            "ray": lambda rows, out, cache: _run(rows, out, cache, ["--ray", address, "--ray-workers", "1"])}  # fmt: skip
+
+
+def _print(args: argparse.Namespace, results: dict, cluster_s: float, same: bool, gpu: bool) -> None:
     best = {name: (min(w for w, _ in runs), min(s["wall_seconds"] for _, s in runs)) for name, runs in results.items()}
     audio_s = results["plain"][0][1]["audio_hours"] * 3600
-    print(f"hardware: {hardware()}; commit {commit()}; {args.rows} rows, {audio_s:.0f} s of audio; "
-          f"best of {args.repeat}; Ray cluster start-up {cluster_s:.1f} s (once, not charged)")
+    print(f"hardware: {hardware()}; commit {commit()}; {args.rows} rows x{args.replicate}, {audio_s:.0f} s of "
+          f"audio; best of {args.repeat}; Ray cluster start-up {cluster_s:.1f} s (once, not charged)")
     print("| run | process wall s | in-run wall s | RTFx (in-run) |\n|---|---|---|---|")
     for name, (wall, inrun) in best.items():
         print(f"| {name} | {wall:.1f} | {inrun:.1f} | {audio_s / inrun:.1f} |")
-    for base in ("plain", "plain x2 (--num-shards 2)"):
-        print(f"Ray against {base}: process {best['ray'][0] / best[base][0] - 1:+.1%}, in-run "
-              f"{best['ray'][1] / best[base][1] - 1:+.1%} (target <= +10% at 2 workers)")
+    for name in [n for n in best if n != "plain"]:
+        for base in [b for b in best if b != name and (b == "plain" or name == "ray")]:
+            print(f"{name} against {base}: process {best[name][0] / best[base][0] - 1:+.1%}, in-run "
+                  f"{best[name][1] / best[base][1] - 1:+.1%} (target <= +10%)")
     print(f"records equal (ids, texts, errors, tokens, timestamps): {same}")
 
 

@@ -69,7 +69,13 @@ def main() -> None:
     ap.add_argument("--cprofile", action="store_true")
     ap.add_argument("--filter", default="batchscribe|torch/cuda|triton|flashinfer|safetensors|tokenizers",
                     help="regex on the printed functions' file names")
+    ap.add_argument("--no-prewarm", action="store_true",
+                    help="leave the GPU libraries' first calls to the engine's warm-up (engine/prewarm.py's A/B)")
     args = ap.parse_args()
+    if args.no_prewarm:
+        from batchscribe.engine import prewarm
+
+        prewarm.Prewarm._touch = staticmethod(lambda config, dims: None)
     t_import = time.perf_counter()
     from batchscribe.run import RunOptions, run
     from batchscribe.audio.sources import SourceOptions

@@ -105,13 +105,14 @@ def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, con
 
 def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int | None, config: str,
          profile_rows: int = 0, decode_mode: str | None = None, ahead: int | None = None,
-         arena: bool = True, compact: bool = True) -> dict:  # fmt: skip
+         arena: bool = True, compact: bool = True, features: dict | None = None) -> dict:  # fmt: skip
     import common
     from batchscribe.config import DecodeOptions
     from batchscribe.run import RunOptions, run
 
     threads = None if decode_mode is None else decode_mode == "threads"
-    opts = RunOptions(model=model, decode=DecodeOptions(temperatures=(0.0,)), workers=workers,
+    decode = DecodeOptions(temperatures=(0.0,), **(features or {}))
+    opts = RunOptions(model=model, decode=decode, workers=workers,
                       decode_threads=threads, pinned_arena=arena)  # fmt: skip
     t0 = time.perf_counter()
     transcriber = _warmed(parquet, model, dtype, slots, config, arena, opts, decode_mode)
@@ -230,6 +231,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--packed", action="store_true",
                     help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
                          "not into its pinned arena (the default with decode threads)")
+    ap.add_argument("--word-timestamps", action="store_true",
+                    help="every configuration with word timestamps (issue 20: their cost on W1)")
+    ap.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
+                    help="every configuration with an N-token --initial-prompt (issue 20: a prompt's cost)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -255,6 +260,33 @@ def _diagnosis(args: argparse.Namespace) -> None:
         sys.setswitchinterval(args.switch_interval)
 
 
+# Text for --prompt-tokens, unrelated to LibriSpeech's books so that it cannot hand the model its
+# references: a prompt's cost is measured, not its help.
+_PROMPT_TEXT = ("Minutes of the harbour committee. Present: the chair, the treasurer, two pilots and the "
+                "engineer of the northern dredger. The committee reviewed the winter schedule, the price of "
+                "diesel, repairs to the east quay, a complaint about night-time noise from the fish market, "
+                "and the proposal to rename the lighthouse after its first keeper. ")
+
+
+def prompt_of(model: str, n: int) -> str | None:
+    """An initial prompt of exactly n tokens of the model's tokenizer (None for n = 0)."""
+    if n <= 0:
+        return None
+    from tokenizers import Tokenizer
+
+    from batchscribe.weights import resolve_model
+
+    tok = Tokenizer.from_file(str(Path(resolve_model(model)) / "tokenizer.json"))
+    ids = tok.encode(" " + _PROMPT_TEXT * (1 + n // 40), add_special_tokens=False).ids[:n]
+    return tok.decode(ids).strip()
+
+
+def _features(args: argparse.Namespace) -> dict:
+    found = {"word_timestamps": True} if args.word_timestamps else {}
+    prompt = prompt_of(args.model, args.prompt_tokens)
+    return found if prompt is None else {**found, "initial_prompt": prompt}
+
+
 def _measure(args: argparse.Namespace, data: Path, audio_s: float, refs: dict[str, str]) -> tuple[list, list]:
     import torch
 
@@ -263,7 +295,7 @@ def _measure(args: argparse.Namespace, data: Path, audio_s: float, refs: dict[st
     results = []
     for config in args.configs:
         r = ours(data, args.model, args.dtype, args.slots, args.workers, config, args.profile, args.decode,
-                 args.ahead, not args.packed, not args.no_compact)  # fmt: skip
+                 args.ahead, not args.packed, not args.no_compact, _features(args))  # fmt: skip
         r["wer"] = wer(refs, {k.split("~")[0]: v for k, v in r["hyps"].items() if k.endswith("~0")})
         # Printed now as well: a peer that runs past a time limit must not take these with it.
         print(f"{config}: {r['seconds']:.2f} s, RTFx {audio_s / r['seconds']:.0f}, WER {100 * r['wer']:.2f} %, "
@@ -287,7 +319,9 @@ def _measure(args: argparse.Namespace, data: Path, audio_s: float, refs: dict[st
 def _report(args: argparse.Namespace, n_items: int, audio_s: float, results: list, peers: list) -> None:
     import common
 
-    print(f"\nW1 {args.model}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, commit {common.commit()}")
+    extras = ", word timestamps" * args.word_timestamps + (f", {args.prompt_tokens}-token prompt" if args.prompt_tokens else "")
+    print(f"\nW1 {args.model}{extras}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, "
+          f"commit {common.commit()}")
     print(f"{'system':<52}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")
     for r in results:
         name = f"batchscribe {r['attention']} ({r['slots']} slots)"
@@ -303,7 +337,7 @@ def _report(args: argparse.Namespace, n_items: int, audio_s: float, results: lis
         ratio = best["seconds"] / r["seconds"]
         print(f"{r['attention']}: ratio vs best transformers batch: {ratio:.1f}x")
         common.append_result({
-            "workload": f"W1 {args.model} {n_items} LibriSpeech utts, Parquet->records, attention {r['attention']}",
+            "workload": f"W1 {args.model}{extras} {n_items} LibriSpeech utts, Parquet->records, attention {r['attention']}",
             "ours": f"RTFx {audio_s / r['seconds']:.0f} ({r['slots']} slots)",
             "peer": f"transformers eager fp16 bs {best['batch']}: RTFx {audio_s / best['seconds']:.0f}",
             "ratio": f"{ratio:.1f}x", "wer": f"{100 * r['wer']:.2f} / {100 * best['wer']:.2f} %",

@@ -7,6 +7,8 @@
 #   run(carry=[".whl2", ".stage/p1"], command="bash benchmarks/device/call_a.sh COMMIT [W2 ARGS...]")
 #   run(carry=[".stage/p2"],          command="bash benchmarks/device/call_b.sh COMMIT [PYTEST ARGS...]")
 #   run(carry=[".stage/p3"],          command="bash benchmarks/device/call_c.sh COMMIT")  (train-clean-5 W1)
+#   run(carry=[],                     command="bash benchmarks/device/call_w1.sh COMMIT")  (W1, words, prompt)
+#   run(carry=[".stage/p3", ".stage/p4"], command="bash benchmarks/device/call_ray.sh COMMIT")  (one GPU actor)
 # With BEFORE=COMMIT, ab.sh then runs W1/W2 on that commit and this checkout in one call (carry .before).
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
@@ -41,5 +43,14 @@ mkdir -p .stage/p3/data/librispeech
 python -c "import pyarrow.parquet as pq; pq.write_table(pq.read_table('../shared/data/librispeech/train-clean-5-00000-of-00008.parquet').slice(0, 100), '.stage/p3/data/librispeech/train-clean-5-first100.parquet', row_group_size=64)"
 # FlashInfer's decode modules built by an earlier call (call_a.sh returns them as aot.tgz): no JIT.
 if compgen -G ".fiaot/*.so" > /dev/null; then cp .fiaot/*.so .stage/p1/aot/; fi
+# Ray for call_ray.sh (the image has none; its cp312 wheel is ~79 MB): the wheel less its Java jars,
+# RLlib and the dashboard's web build, with the jsonschema packages the image lacks, one xz tarball.
+mkdir -p .stage/p4 && rm -rf /tmp/bs_ray && mkdir -p /tmp/bs_ray/x
+pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 -d /tmp/bs_ray \
+    "ray==$(python -c 'import ray; print(ray.__version__)')" jsonschema jsonschema-specifications referencing rpds-py
+for w in /tmp/bs_ray/*.whl; do unzip -q -o "$w" -d /tmp/bs_ray/x; done
+rm -rf /tmp/bs_ray/x/ray/jars /tmp/bs_ray/x/ray/rllib /tmp/bs_ray/x/ray/dashboard/client/build
+tar cJf .stage/p4/ray.tar.xz -C /tmp/bs_ray/x .
 sha256sum "$tiny/model.safetensors"
-du -sb .whl2 .stage/p1 .stage/p2 .stage/p3  # each call carries at most 64 MiB with the checkout
+du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4  # each call carries at most 64 MiB with the checkout
