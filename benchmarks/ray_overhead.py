@@ -110,7 +110,8 @@ def main() -> None:
     gpu = args.device == "cuda"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        rows, cache = _rows(args.parquet, args.rows, folder, args.replicate), folder / "cache"
+        rows = _rows(args.parquet, args.rows, folder, args.replicate)
+        cache = Path(os.environ.get("BATCHSCRIBE_CACHE") or folder / "cache")  # a staged model where one is
         _run(rows, folder / "warm", cache, ["--limit", "1"])  # the model converted once, outside the timing
         t0 = time.monotonic()
         ray.init(num_cpus=args.cpus, num_gpus=1 if gpu else 0, include_dashboard=False,
