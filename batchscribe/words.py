@@ -4,7 +4,8 @@ The engine's alignment pass (engine/alignment.py) gives, for each finished windo
 the alignment heads' normalised, median-filtered cross-attention: one row per text token (plus the
 <|notimestamps|> row before them), one column per 20 ms audio frame. This module turns it into words:
 
-1. `dtw`: the cheapest monotonic path through -matrix (openai's step rule and tie-breaking);
+1. (`batchscribe.dtw`, beside the matrices): the cheapest monotonic path through -matrix, with
+   openai's step rule and tie-breaking;
 2. `word_timings`: the tokens grouped into words, each word starting where the path first reaches
    its first token, with the mean probability of its tokens;
 3. `merge_punctuations`: leading quotes and brackets joined to the next word, trailing punctuation
@@ -100,49 +101,8 @@ def split_words(tokens: Sequence[int], tokenizer: _TokenizerLike,
     return words, groups
 
 
-def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The monotonic path through `cost` [N, M] of least total cost -> (row indices, column
-    indices), one pair per step. Each cell takes the cheapest of its diagonal, upper and left
-    neighbours, preferring the left one on ties (openai's dtw_cpu); totals are kept in float32 as
-    openai keeps them, so ties break alike. Cells are filled one anti-diagonal at a time."""
-    n, m = cost.shape
-    x = np.asarray(cost, dtype=np.float64)
-    total = np.full((n + 1, m + 1), np.inf, dtype=np.float32)
-    total[0, 0] = 0.0
-    trace = np.full((n + 1, m + 1), -1, dtype=np.int8)
-    for d in range(2, n + m + 1):
-        i = np.arange(max(1, d - m), min(n, d - 1) + 1)
-        j = d - i
-        diag, up, left = total[i - 1, j - 1], total[i - 1, j], total[i, j - 1]
-        step = np.where((diag < up) & (diag < left), 0, np.where((up < diag) & (up < left), 1, 2)).astype(np.int8)
-        best = np.choose(step, (diag, up, left))
-        total[i, j] = (x[i - 1, j - 1] + best.astype(np.float64)).astype(np.float32)
-        trace[i, j] = step
-    trace[0, :] = 2
-    trace[:, 0] = 1
-    return _backtrace(trace)
-
-
-def _backtrace(trace: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    i, j = trace.shape[0] - 1, trace.shape[1] - 1
-    path: list[tuple[int, int]] = []
-    while i > 0 or j > 0:
-        path.append((i - 1, j - 1))
-        move = trace[i, j]
-        if move == 0:
-            i, j = i - 1, j - 1
-        elif move == 1:
-            i -= 1
-        elif move == 2:
-            j -= 1
-        else:
-            raise AssertionError(f"DTW trace has no step at ({i}, {j})")
-    steps = np.array(path[::-1], dtype=np.int64).reshape(-1, 2)
-    return steps[:, 0], steps[:, 1]
-
-
 def word_timings(
-    matrix: np.ndarray,  # [1 + len(text_tokens), frames]: attention rows from <|notimestamps|> on
+    path: tuple[np.ndarray, np.ndarray],  # the DTW path through -matrix (batchscribe.dtw): rows, columns
     text_tokens: Sequence[int],
     token_probs: Sequence[float],  # P(each text token) under teacher forcing
     tokenizer: _TokenizerLike,
@@ -151,7 +111,7 @@ def word_timings(
     """Words of one window with start/end (seconds into the window) and mean token probability."""
     if not text_tokens:
         return []
-    rows, cols = dtw(-np.asarray(matrix, dtype=np.float64))
+    rows, cols = path
     words, groups = split_words([*text_tokens, tokenizer.eot], tokenizer, language)
     if len(groups) <= 1:  # only the end of text
         return []

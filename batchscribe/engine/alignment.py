@@ -8,7 +8,8 @@ sequence `prefix + <|notimestamps|> + text + <|endoftext|>`, causally masked, so
 window's tokens changes none of its rows. Only the alignment heads' softmax(QK^T) is formed
 explicitly (in float32); every other attention is SDPA. The per-window normalisation that follows
 is openai's: softmax over the window's real frames, standardised over tokens, median-filtered along
-time (width 7), averaged over the heads. DTW and the word rules run on the host (batchscribe.words).
+time (width 7), averaged over the heads. The DTW path through it is found beside the matrices
+(engine/dtw_device.py); the word rules run on the host (batchscribe.words).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from batchscribe.constants import N_SAMPLES
+from batchscribe.engine import dtw_device
 from batchscribe.model.whisper import Whisper
 
 MEDIAN_WIDTH = 7  # openai find_alignment's medfilt_width
@@ -38,7 +40,7 @@ class AlignWindow:
 
 @dataclass(frozen=True)
 class Alignment:
-    matrix: np.ndarray  # [1 + len(text_tokens), num_frames // 2] float32: rows from <|notimestamps|>
+    path: tuple[np.ndarray, np.ndarray]  # DTW through -matrix: (row, column) per step; rows from <|notimestamps|>
     token_probs: list[float]  # P(text token k | the tokens before it), teacher-forced
 
 
@@ -55,7 +57,13 @@ def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
 
 class Aligner:
     """Times words on the engine's model and encoder; `__call__` takes any number of windows and
-    runs them `max_batch` at a time."""
+    runs them `max_batch` at a time.
+
+    On CUDA every batch has the same shape (padded to `max_batch` windows of the model's whole text
+    context): a kernel's result for one row can depend on a GEMM's size, so a window's words would
+    otherwise change with which windows happened to finish beside it (looks differ between graph
+    replay and eager, and between runs). One transfer per batch brings back the token
+    probabilities and the DTW traces, filled on the device (engine/dtw_device.py)."""
 
     def __init__(
         self,
@@ -69,9 +77,13 @@ class Aligner:
     ):
         self.model, self.features, self.encode = model, features, encode
         self.heads = tuple(heads)
-        self.eot, self.no_timestamps, self.max_batch = eot, no_timestamps, max_batch
+        self.eot, self.no_timestamps = eot, no_timestamps
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
+        self.fixed = self.device.type == "cuda"
+        n_ctx, n_audio = model.dims.n_text_ctx, model.dims.n_audio_ctx
+        # The heads' float32 scores [B, heads, n_ctx, n_audio] stay under ~1 GiB.
+        self.max_batch = max(1, min(max_batch, (1 << 30) // (4 * len(self.heads) * n_ctx * n_audio)))
         # Per layer, the heads read there, and where their rows go in the stacked weights.
         self._by_layer: dict[int, list[int]] = {}
         for layer, head in self.heads:
@@ -85,39 +97,50 @@ class Aligner:
         return out
 
     def _sequences(self, windows: Sequence[AlignWindow]) -> tuple[torch.Tensor, list[int]]:
-        """Padded token rows [B, L] (long, on the device) and each row's real length."""
+        """Padded token rows [B', L] (long, on the device) and each real row's length; B' and L fixed
+        on CUDA."""
         rows = [[*w.prefix, self.no_timestamps, *w.text_tokens, self.eot] for w in windows]
-        length = max(map(len, rows))
-        tokens = torch.full((len(rows), length), self.eot, dtype=torch.long)
+        length = self.model.dims.n_text_ctx if self.fixed else max(map(len, rows))
+        tokens = torch.full((self._rows(len(rows)), length), self.eot, dtype=torch.long)
         for b, row in enumerate(rows):
             tokens[b, : len(row)] = torch.tensor(row)
         return tokens.to(self.device), [len(r) for r in rows]
 
+    def _rows(self, n: int) -> int:
+        return self.max_batch if self.fixed else n
+
     def _audio(self, windows: Sequence[AlignWindow]) -> torch.Tensor:
-        audio = torch.zeros(len(windows), N_SAMPLES, dtype=torch.float32)
+        audio = torch.zeros(self._rows(len(windows)), N_SAMPLES, dtype=torch.float32)
         for b, w in enumerate(windows):
             audio[b, : len(w.audio)] = torch.from_numpy(np.ascontiguousarray(w.audio[:N_SAMPLES]))
         return audio.to(self.device)
 
     def _batch(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
         tokens, lengths = self._sequences(windows)
-        enc = self.encode(self.features(self._audio(windows)).to(self.dtype))  # [B, n_audio_ctx, d]
-        hidden, qk = self._decode(tokens, enc)  # [B, L, d], [B, n_heads, L, n_audio_ctx] float32
+        enc = self.encode(self.features(self._audio(windows)).to(self.dtype))  # [B', n_audio_ctx, d]
+        hidden, qk = self._decode(tokens, enc)  # [B', L, d], [B', n_heads, L, n_audio_ctx] float32
         weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
-        results = []
-        for b, w in enumerate(windows):
+        shapes = [(1 + len(w.text_tokens), w.num_frames // 2) for w in windows]
+        cost = torch.zeros(len(windows), max(n for n, _ in shapes), max(m for _, m in shapes),
+                           dtype=torch.float64, device=self.device)  # fmt: skip
+        probs = []
+        for b, w in enumerate(windows):  # no host sync inside: one transfer after the loop
             n_prefix, n_text = len(w.prefix), len(w.text_tokens)
             # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on.
             logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
-            probs = logits.softmax(dim=-1)[torch.arange(n_text, device=logits.device),
-                                           torch.tensor(w.text_tokens, device=logits.device)]  # fmt: skip
+            target = tokens[b, n_prefix + 1 : n_prefix + 1 + n_text]
+            probs.append(logits.softmax(dim=-1).gather(1, target[:, None])[:, 0])
             frames = w.num_frames // 2
             attn = qk[b, :, : lengths[b], :frames].softmax(dim=-1)  # [n_heads, L_b, frames]
             std, mean = torch.std_mean(attn, dim=-2, keepdim=True, unbiased=False)
             attn = median_filter((attn - mean) / std, MEDIAN_WIDTH)
-            matrix = attn.mean(dim=0)[n_prefix:-1]  # [1 + n_text, frames]
-            results.append(Alignment(matrix.cpu().numpy(), probs.cpu().tolist()))
-        return results
+            cost[b, : 1 + n_text, :frames] = -attn.mean(dim=0)[n_prefix:-1].double()  # [1 + n_text, frames]
+        token_probs = torch.cat(probs).cpu().tolist()
+        found, at = [], 0
+        for w, path in zip(windows, dtw_device.paths(cost, shapes)):
+            found.append(Alignment(path, token_probs[at : at + len(w.text_tokens)]))
+            at += len(w.text_tokens)
+        return found
 
     def _decode(self, tokens: torch.Tensor, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder over whole sequences: tokens [B, L], enc [B, n_audio_ctx, d] -> the final

@@ -283,7 +283,7 @@ class WindowPlanner:
         if alignment is not None:
             text = [t for s in segs for t in s.tokens if t < tok.eot]
             language = self._code_of_token.get(item.language_token) if tok.is_multilingual else None
-            timings = word_timings(alignment.matrix, text, alignment.token_probs, tok, language)
+            timings = word_timings(alignment.path, text, alignment.token_probs, tok, language)
         attach_words(window, timings, time_offset, tok.eot, item.last_speech, opt.prepend_punctuations,
                      opt.append_punctuations)  # fmt: skip
         seek, end = split.seek, last_word_end(window.words, window.ends)

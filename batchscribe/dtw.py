@@ -1,0 +1,84 @@
+"""Dynamic time warping for word timestamps: openai-whisper's `dtw_cpu` rule, for many windows at once.
+
+Each cell of a cost matrix [N, M] takes the cheapest of its diagonal, upper and left neighbours'
+totals, preferring the left one on ties (openai's order of comparisons), totals kept in float32 as
+openai keeps them, so ties break alike. The path is then traced back from the last cell.
+
+One window's matrix is filled one anti-diagonal at a time (its cells do not depend on each other).
+A batch of windows is filled together: the matrices are padded to the largest, the anti-diagonals
+laid out as rows ("skewed"), so each step is a handful of array operations over every window and
+every row. A padded cell never feeds a real one (a cell reads only smaller indices), so each
+window's path is its own. `engine/dtw_triton.py` runs the same fill on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+LEFT, UP, DIAG = 2, 1, 0  # the trace's moves, as openai's
+
+
+def skew(costs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Padded costs laid out by anti-diagonal: out[b, d, i] = costs[b][i - 1, d - i - 1] for the
+    window's real cells (i in 1..N, d - i in 1..M), +inf elsewhere; float64 [B, N + M + 1, N + 1]."""
+    shapes = [c.shape for c in costs]
+    n, m = max(s[0] for s in shapes), max(s[1] for s in shapes)
+    out = np.full((len(costs), n + m + 1, n + 1), np.inf)
+    for b, c in enumerate(costs):
+        rows, cols = np.indices(c.shape)
+        out[b, rows + cols + 2, rows + 1] = c
+    return out, shapes
+
+
+def fill(skewed: np.ndarray) -> np.ndarray:
+    """The trace of every window, skewed as its costs: int8 [B, N + M + 1, N + 1]."""
+    batch, diagonals, width = skewed.shape
+    total = np.full((batch, diagonals, width), np.inf, dtype=np.float32)
+    total[:, 0, 0] = 0.0
+    trace = np.full((batch, diagonals, width), -1, dtype=np.int8)
+    for d in range(2, diagonals):
+        diag, up, left = total[:, d - 2, :-1], total[:, d - 1, :-1], total[:, d - 1, 1:]
+        take_diag = (diag < up) & (diag < left)
+        take_up = ~take_diag & (up < diag) & (up < left)
+        best = np.where(take_diag, diag, np.where(take_up, up, left))
+        total[:, d, 1:] = skewed[:, d, 1:] + best.astype(np.float64)
+        trace[:, d, 1:] = np.where(take_diag, DIAG, np.where(take_up, UP, LEFT))
+    return trace
+
+
+def backtrace(trace: np.ndarray, n: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """One window's path from its skewed trace [N' + M' + 1, N' + 1] (N' >= n, M' >= m) -> (row
+    indices, column indices), first cell first. Row 0 and column 0 of the full matrix lead left
+    and up, as openai's trace."""
+    moves = trace.tolist()  # Python lists: the walk is ~N + M scalar reads
+    i, j = n, m
+    path: list[tuple[int, int]] = []
+    while i > 0 or j > 0:
+        path.append((i - 1, j - 1))
+        move = LEFT if i == 0 else UP if j == 0 else moves[i + j][i]
+        if move == DIAG:
+            i, j = i - 1, j - 1
+        elif move == UP:
+            i -= 1
+        elif move == LEFT:
+            j -= 1
+        else:
+            raise AssertionError(f"DTW trace has no step at ({i}, {j})")
+    steps = np.array(path[::-1], dtype=np.int64).reshape(-1, 2)
+    return steps[:, 0], steps[:, 1]
+
+
+def dtw_batch(costs: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The least-cost monotonic path through each of `costs` ([N_b, M_b] each)."""
+    if not costs:
+        return []
+    skewed, shapes = skew(costs)
+    trace = fill(skewed)
+    return [backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One window's path (openai's `dtw_cpu`)."""
+    return dtw_batch([np.asarray(cost, dtype=np.float64)])[0]

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Device call right after call_a.sh (carry .stage/p2), for issue 20's word timestamps: assemble
+# tiny.en, run the GPU tests of the alignment pass and the DTW kernel, then W1 (test-other x10)
+# without and with --word-timestamps in the same process order (their cost: <= 25 %).
+# Extra arguments go to pytest.
+#   bash benchmarks/device/call_words.sh COMMIT
+set -u
+commit=$1; shift
+bash benchmarks/device/stage_b.sh
+export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models BATCHSCRIBE_TEST_CACHE=$HOME/stage/models
+timeout 240 python3 -m pytest -q -m gpu tests/engine/test_graph_replay_options.py tests/engine/test_dtw_device.py "$@" > $OUT/tests.txt 2>&1
+tail -4 $OUT/tests.txt | cut -c1-300
+P=../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
+cd benchmarks
+for v in "--configs auto:auto" "--word-timestamps" "--configs auto:auto" "--word-timestamps"; do
+    echo "== $v"; timeout 90 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "RTFx|host seconds" | cut -c1-420
+done

@@ -1,0 +1,53 @@
+"""The device DTW (engine/dtw_device.py): its skewed layout equals the host's, and its fill (the
+Triton kernel under Triton's CPU interpreter, and compiled on a GPU) gives openai's `dtw_cpu`
+paths for a padded batch of windows, ties included."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.marks import needs_cuda
+
+timing = pytest.importorskip("whisper.timing")
+
+CHECK = """
+import numpy as np, torch
+from whisper.timing import dtw_cpu
+from batchscribe import dtw
+from batchscribe.engine import dtw_device
+SHAPES = [(1, 1), (3, 7), (12, 40), (40, 12), (25, 300), (2, 1), (1, 5), (70, 200)]
+def check(device):
+    rng = np.random.default_rng(3)
+    for quantise in (False, True):
+        xs = [rng.normal(size=s) for s in SHAPES]
+        xs = [np.round(x) for x in xs] if quantise else xs
+        n, m = max(s[0] for s in SHAPES), max(s[1] for s in SHAPES)
+        pad = torch.full((len(xs), n, m), 5.0, dtype=torch.float64)  # padding a path must never take
+        for b, x in enumerate(xs):
+            pad[b, : x.shape[0], : x.shape[1]] = torch.from_numpy(x)
+        pad = pad.to(device)
+        np.testing.assert_array_equal(dtw_device.skew(pad, SHAPES).cpu().numpy(), dtw.skew(xs)[0])
+        for x, (rows, cols) in zip(xs, dtw_device.paths(pad, SHAPES)):
+            np.testing.assert_array_equal(np.stack([rows, cols]), dtw_cpu(x))
+    print("ok")
+"""
+
+
+def test_the_kernel_in_the_interpreter_gives_openais_paths(triton_interpreter) -> None:
+    pytest.importorskip("triton")
+    assert triton_interpreter(CHECK + "\ncheck('cpu')\n") == ["ok"]
+
+
+def test_the_host_fill_gives_openais_paths() -> None:
+    namespace: dict = {}
+    exec(CHECK, namespace)  # no TRITON_INTERPRET here: on the CPU the host fill runs
+    namespace["check"]("cpu")
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_compiled_kernel_gives_openais_paths() -> None:
+    namespace: dict = {}
+    exec(CHECK, namespace)
+    namespace["check"](torch.device("cuda"))
