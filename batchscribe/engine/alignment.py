@@ -89,6 +89,12 @@ class Aligner:
         for layer, head in self.heads:
             self._by_layer.setdefault(layer, []).append(head)
 
+    def warm_up(self) -> None:
+        """One batch and both DTW kernel sizes before the run, so their first-call costs (Triton
+        compilations, cuBLAS and SDPA set-up at these shapes) are start-up."""
+        dtw_device.warm_up(self.device)
+        self([AlignWindow(np.zeros(N_SAMPLES // 30, np.float32), (), (0,), 100)])
+
     @torch.no_grad()
     def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
         out: list[Alignment] = []

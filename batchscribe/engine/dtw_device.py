@@ -38,7 +38,8 @@ def skew(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
 
 if triton is not None:
 
-    @triton.jit
+    # The sizes change with every batch: left unspecialised, one compilation per lane count.
+    @triton.jit(do_not_specialize=["DIAGONALS", "WIDTH"])
     def _fill(Cost, Total, Trace, DIAGONALS, WIDTH, BLOCK: tl.constexpr):
         window = tl.program_id(0).to(tl.int64)
         lane = tl.arange(0, BLOCK) + 1  # matrix row i = lane (row 0 is the boundary)
@@ -67,9 +68,24 @@ def fill(skewed: torch.Tensor) -> np.ndarray:
     total = torch.full((batch, diagonals, width), float("inf"), dtype=torch.float32, device=skewed.device)
     total[:, 0, 0] = 0.0
     trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=skewed.device)
-    block = max(16, triton.next_power_of_2(width - 1))
+    block = lanes(width - 1)
     _fill[(batch,)](skewed.contiguous(), total, trace, diagonals, width, BLOCK=block, num_warps=max(1, min(8, block // 32)))
     return trace.cpu().numpy()
+
+
+def lanes(rows: int) -> int:
+    """The kernel's lane count for `rows` matrix rows: two sizes cover Whisper's windows (a short
+    window's text, or up to its whole 448-token context), so at most two compilations."""
+    return SHORT if rows <= SHORT else max(LONG, triton.next_power_of_2(rows))
+
+
+SHORT, LONG = 64, 512
+
+
+def warm_up(device: torch.device) -> None:
+    """Compile the kernel for both lane counts now (start-up), not at a run's first long window."""
+    for rows in (SHORT, LONG):
+        paths(torch.zeros(1, rows, 2, dtype=torch.float64, device=device), [(rows, 2)])
 
 
 def _interpreted() -> bool:

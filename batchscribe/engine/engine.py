@@ -70,6 +70,8 @@ class Engine:
         self.encoder_graphs: EncoderGraphs | None = None
         if device.type == "cuda":
             self.encoder.warm_up()
+            if self.aligner is not None:
+                self.aligner.warm_up()
             if config.cuda_graphs:
                 self._capture()
 

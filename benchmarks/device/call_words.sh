@@ -15,3 +15,8 @@ cd benchmarks
 for v in "--configs auto:auto" "--word-timestamps" "--configs auto:auto" "--word-timestamps"; do
     echo "== $v"; timeout 90 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "RTFx|host seconds" | cut -c1-420
 done
+if [ -n "${PROFILE:-}" ]; then  # PROFILE=ROWS: where a words run's time goes (torch.profiler)
+    timeout 120 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append --word-timestamps \
+        --profile $PROFILE 2>&1 | grep -v "^\[transformers\]" | cut -c1-170 > $OUT/profile.txt
+    grep -E "device busy|RTFx" $OUT/profile.txt
+fi
