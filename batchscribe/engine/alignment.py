@@ -81,6 +81,7 @@ class Aligner:
         self.dtype = next(model.parameters()).dtype
         self.device = next(model.parameters()).device
         self.fixed = self.device.type == "cuda"
+        self._pinned: torch.Tensor | None = None  # the host side of `_audio`
         n_ctx, n_audio = model.dims.n_text_ctx, model.dims.n_audio_ctx
         # The heads' float32 scores [B, heads, n_ctx, n_audio] stay under ~1 GiB.
         self.max_batch = max(1, min(max_batch, (1 << 30) // (4 * len(self.heads) * n_ctx * n_audio)))
@@ -116,23 +117,31 @@ class Aligner:
         return self.max_batch if self.fixed else n
 
     def _audio(self, windows: Sequence[AlignWindow]) -> torch.Tensor:
-        audio = torch.zeros(self._rows(len(windows)), N_SAMPLES, dtype=torch.float32)
-        for b, w in enumerate(windows):
-            audio[b, : len(w.audio)] = torch.from_numpy(np.ascontiguousarray(w.audio[:N_SAMPLES]))
-        return audio.to(self.device)
+        """[B', N_SAMPLES] float32 on the device, zero-padded. On CUDA through one pinned buffer
+        (reused: the batch before it synced at its transfer back), so a batch is one fast copy."""
+        rows = self._rows(len(windows))
+        if self._pinned is None or self._pinned.shape[0] < rows:
+            self._pinned = torch.zeros(rows, N_SAMPLES, dtype=torch.float32, pin_memory=self.fixed)
+        host = self._pinned[:rows].numpy()
+        for b in range(rows):
+            audio = windows[b].audio[:N_SAMPLES] if b < len(windows) else windows[0].audio[:0]
+            host[b, : len(audio)] = audio
+            host[b, len(audio) :] = 0.0
+        return self._pinned[:rows].to(self.device, non_blocking=True)
 
     def _batch(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
         tokens, lengths = self._sequences(windows)
         enc = self.encode(self.features(self._audio(windows)).to(self.dtype))  # [B', n_audio_ctx, d]
         hidden, qk = self._decode(tokens, enc)  # [B', L, d], [B', n_heads, L, n_audio_ctx] float32
-        weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
         shapes = [(1 + len(w.text_tokens), w.num_frames // 2) for w in windows]
         cost = torch.zeros(len(windows), max(n for n, _ in shapes), max(m for _, m in shapes),
                            dtype=torch.float64, device=self.device)  # fmt: skip
+        weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
         probs = []
         for b, w in enumerate(windows):  # no host sync inside: one transfer after the loop
             n_prefix, n_text = len(w.prefix), len(w.text_tokens)
-            # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on.
+            # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on; per window, so
+            # that a product's shape (and so its rounding) is the window's own.
             logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
             target = tokens[b, n_prefix + 1 : n_prefix + 1 + n_text]
             probs.append(logits.softmax(dim=-1).gather(1, target[:, None])[:, 0])
