@@ -129,7 +129,24 @@ TranscriberFactory = Callable[[RunOptions], TranscriberLike]
 def default_transcriber(opts: RunOptions) -> TranscriberLike:
     from batchscribe.api import Transcriber
 
+    _check_item_prompts(opts)
     return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
+
+
+def _check_item_prompts(opts: RunOptions) -> None:
+    """--prompt-column on a multilingual model needs --language: a usage error before the weights
+    load (the engine would otherwise refuse the first prompted item mid-run)."""
+    if opts.source.prompt_column is None or opts.decode.language is not None:
+        return
+    from batchscribe.config import default_cache_dir
+    from batchscribe.model.dims import ModelDims
+    from batchscribe.weights import resolve_model
+
+    folder = resolve_model(opts.model, cache_dir=Path(opts.cache_dir) if opts.cache_dir else default_cache_dir())
+    if ModelDims.from_hf_config(json.loads((folder / "config.json").read_text())).is_multilingual:
+        raise ConfigError(f"--prompt-column {opts.source.prompt_column} with the multilingual model {opts.model!r} "
+                          "needs --language (e.g. --language en): the language is detected in the same decode "
+                          "the prompt conditions")
 
 
 def run_config(inputs: Sequence[str], opts: RunOptions, listing: dict[str, str]) -> dict[str, Any]:

@@ -344,3 +344,27 @@ def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch
                  transcriber_factory=lambda opts: made.append(BuildsSlowly()) or made[-1])
     assert result.summary["model_load_seconds"] >= 0.5
     assert made[0].seen and made[0].built_at < made[0].streaming_at
+
+
+@pytest.mark.parametrize("language", [None, "en"])
+def test_prompt_column_on_a_multilingual_model_needs_a_language(tmp_path: Path, base_dir: Path, language: str | None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """base is multilingual: without --language the run is a usage error before the weights load;
+    with one, the run goes on to load them (the stand-in constructor marks that point)."""
+    import batchscribe.api
+    from batchscribe.config import ConfigError, DecodeOptions
+
+    class Loaded(Exception):
+        pass
+
+    def loads(*args: Any, **kwargs: Any) -> None:
+        raise Loaded
+
+    monkeypatch.setattr(batchscribe.api, "Transcriber", loads)
+    manifest, _ = make_manifest(tmp_path, n_copies=1)
+    rows = [{**json.loads(line), "names": "Kenobi"} for line in manifest.read_text().splitlines()]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    options = opts(model=str(base_dir), decode=DecodeOptions(language=language), src={"prompt_column": "names"})
+    expected = pytest.raises(ConfigError, match=r"--prompt-column names with the multilingual model .* needs --language")
+    with expected if language is None else pytest.raises(Loaded):
+        run([str(manifest)], tmp_path / "out", options)
