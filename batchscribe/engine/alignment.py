@@ -44,15 +44,40 @@ class Alignment:
     token_probs: list[float]  # P(text token k | the tokens before it), teacher-forced
 
 
-def median_filter(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Running median of odd `width` along the last dimension of x [..., T], edges mirrored; x as
-    it is when T is too short to mirror (as openai's median_filter)."""
-    half = width // 2
-    if x.shape[-1] <= half:
-        return x
-    shape = x.shape
-    padded = F.pad(x.reshape(1, -1, shape[-1]), (half, half), mode="reflect").reshape(*shape[:-1], -1)
-    return padded.unfold(-1, width, 1).sort(dim=-1).values[..., half]
+def batch_matrix(qk: torch.Tensor, rows: Sequence[int], frames: Sequence[int], width: int = MEDIAN_WIDTH,
+                 budget: int = 1 << 28) -> torch.Tensor:  # fmt: skip
+    """openai find_alignment's matrix for many windows in one set of operations: for window b,
+    softmax over its frames of qk[b, :, :rows[b], :frames[b]], standardised over its rows, median-
+    filtered along time (mirrored at its own last frame), averaged over the heads.
+
+    qk: [B' >= B, heads, L, A] float32 -> [B, max(rows), max(frames)], each window's values in its
+    own (rows[b], frames[b]) corner. Every reduction runs over the whole fixed L or A with the
+    window's own mask, so on CUDA (fixed L) a window's values do not depend on the others'.
+    The median runs `budget` bytes of windows at a time (sort keeps values and indices)."""
+    n, (heads, length, audio) = len(rows), qk.shape[1:]
+    dev = qk.device
+    counts = torch.tensor(list(rows), device=dev)
+    ends = torch.tensor(list(frames), device=dev)
+    cols = torch.arange(audio, device=dev)[None, :] < ends[:, None]  # [B, A]
+    x = qk[:n].masked_fill(~cols[:, None, None, :], float("-inf")).softmax(dim=-1)  # [B, H, L, A]
+    live = (torch.arange(length, device=dev)[None, :] < counts[:, None]).to(x.dtype)[:, None, :, None]
+    size = counts.to(x.dtype)[:, None, None, None]
+    mean = (x * live).sum(dim=-2, keepdim=True) / size
+    std = ((((x - mean) * live) ** 2).sum(dim=-2, keepdim=True) / size).sqrt()
+    r, f, half = max(rows), max(frames), width // 2
+    x = ((x - mean) / std)[:, :, :r, :f]
+    # Each window's own mirror: position t reads t, -t before its start, 2 (end - 1) - t after it.
+    t = torch.arange(f + 2 * half, device=dev)[None, :] - half
+    index = torch.where(t < 0, -t, torch.where(t >= ends[:, None], 2 * (ends[:, None] - 1) - t, t)).clamp(0, f - 1)
+    step = max(1, budget // (heads * r * f * width * 12))
+    out = torch.empty(n, r, f, dtype=x.dtype, device=dev)
+    for a in range(0, n, step):
+        part, at = x[a : a + step], index[a : a + step]
+        padded = part.gather(-1, at[:, None, None, :].expand(*part.shape[:3], at.shape[-1]))
+        filtered = padded.unfold(-1, width, 1).sort(dim=-1).values[..., half]
+        short = (ends[a : a + step] <= half)[:, None, None, None]  # too short to mirror: as it is
+        out[a : a + step] = torch.where(short, part, filtered).mean(dim=1)
+    return out
 
 
 class Aligner:
@@ -137,6 +162,7 @@ class Aligner:
         cost = torch.zeros(len(windows), max(n for n, _ in shapes), max(m for _, m in shapes),
                            dtype=torch.float64, device=self.device)  # fmt: skip
         weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
+        matrix = batch_matrix(qk, lengths, [m for _, m in shapes])  # [B, max L_b, max frames]
         probs = []
         for b, w in enumerate(windows):  # no host sync inside: one transfer after the loop
             n_prefix, n_text = len(w.prefix), len(w.text_tokens)
@@ -145,11 +171,8 @@ class Aligner:
             logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
             target = tokens[b, n_prefix + 1 : n_prefix + 1 + n_text]
             probs.append(logits.softmax(dim=-1).gather(1, target[:, None])[:, 0])
-            frames = w.num_frames // 2
-            attn = qk[b, :, : lengths[b], :frames].softmax(dim=-1)  # [n_heads, L_b, frames]
-            std, mean = torch.std_mean(attn, dim=-2, keepdim=True, unbiased=False)
-            attn = median_filter((attn - mean) / std, MEDIAN_WIDTH)
-            cost[b, : 1 + n_text, :frames] = -attn.mean(dim=0)[n_prefix:-1].double()  # [1 + n_text, frames]
+            frames = w.num_frames // 2  # rows from <|notimestamps|> to the last text token:
+            cost[b, : 1 + n_text, :frames] = -matrix[b, n_prefix : n_prefix + 1 + n_text, :frames].double()
         token_probs = torch.cat(probs).cpu().tolist()
         found, at = [], 0
         for w, path in zip(windows, dtw_device.paths(cost, shapes)):
