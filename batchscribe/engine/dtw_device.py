@@ -5,8 +5,9 @@ look, a few milliseconds per window. On CUDA the same fill is one Triton kernel:
 window, one lane per matrix row, the anti-diagonals in a loop inside the kernel (its cells do not
 depend on each other; a barrier orders one diagonal's stores before the next one's loads). The
 totals are float32 and each cell's sum is formed in float64 and rounded once, as openai's
-`dtw_cpu` forms it, so paths and ties are the host's, bit for bit. Only the int8 trace goes back
-to the host, which walks each window's path (`batchscribe.dtw.backtrace`).
+`dtw_cpu` forms it, so paths and ties are the host's, bit for bit. The same program then walks its
+window's path back from the last cell (one scalar step at a time, every window at once), and only
+the paths come back to the host.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def skew(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
 if triton is not None:
 
     # The sizes change with every batch: left unspecialised, one compilation per lane count.
-    @triton.jit(do_not_specialize=["DIAGONALS", "WIDTH"])
-    def _fill(Cost, Total, Trace, DIAGONALS, WIDTH, BLOCK: tl.constexpr):
+    @triton.jit(do_not_specialize=["DIAGONALS", "WIDTH", "STEPS"])
+    def _dtw(Cost, Total, Trace, Shapes, PathRow, PathCol, Steps, DIAGONALS, WIDTH, STEPS, BLOCK: tl.constexpr):
         window = tl.program_id(0).to(tl.int64)
         lane = tl.arange(0, BLOCK) + 1  # matrix row i = lane (row 0 is the boundary)
         real = lane < WIDTH
@@ -58,19 +59,46 @@ if triton is not None:
             tl.store(Total + here, (x + best.to(tl.float64)).to(tl.float32), mask=real)
             tl.store(Trace + here, tl.where(take_diag, 0, tl.where(take_up, 1, 2)).to(tl.int8), mask=real)
             tl.debug_barrier()
+        # The walk back from the window's last cell (`dtw.backtrace`), last step first; row 0 and
+        # column 0 of the full matrix lead left and up.
+        i = tl.load(Shapes + 2 * window).to(tl.int64)
+        j = tl.load(Shapes + 2 * window + 1).to(tl.int64)
+        k = 0
+        while (i > 0) | (j > 0):
+            tl.store(PathRow + window * STEPS + k, (i - 1).to(tl.int32))
+            tl.store(PathCol + window * STEPS + k, (j - 1).to(tl.int32))
+            move = tl.load(Trace + base + (i + j) * WIDTH + i, mask=(i > 0) & (j > 0), other=0).to(tl.int32)
+            move = tl.where(i == 0, 2, tl.where(j == 0, 1, move))
+            i -= (move != 2).to(tl.int64)  # diagonal or up
+            j -= (move != 1).to(tl.int64)  # diagonal or left
+            k += 1
+        tl.store(Steps + window, k)
 
 
-def fill(skewed: torch.Tensor) -> np.ndarray:
-    """The skewed trace of each window (`dtw.fill`), int8 [B, N + M + 1, N + 1] on the host."""
+def paths(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each window's least-cost path through cost[b, :n_b, :m_b] (openai's dtw_cpu rule): the fill
+    and the walk back on the device (Triton), or on the host (`batchscribe.dtw`)."""
+    if not shapes:
+        return []
+    skewed = skew(cost, shapes)
     if triton is None or skewed.device.type != "cuda" and not _interpreted():
-        return dtw.fill(skewed.cpu().numpy())
+        trace = dtw.fill(skewed.cpu().numpy())
+        return [dtw.backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
     batch, diagonals, width = skewed.shape
-    total = torch.full((batch, diagonals, width), float("inf"), dtype=torch.float32, device=skewed.device)
+    dev = skewed.device
+    total = torch.full((batch, diagonals, width), float("inf"), dtype=torch.float32, device=dev)
     total[:, 0, 0] = 0.0
-    trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=skewed.device)
+    trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=dev)
+    steps = diagonals - 1  # a path has at most N + M steps
+    rows, cols = (torch.empty(batch, steps, dtype=torch.int32, device=dev) for _ in range(2))
+    counts = torch.empty(batch, dtype=torch.int32, device=dev)
     block = lanes(width - 1)
-    _fill[(batch,)](skewed.contiguous(), total, trace, diagonals, width, BLOCK=block, num_warps=max(1, min(8, block // 32)))
-    return trace.cpu().numpy()
+    _dtw[(batch,)](skewed, total, trace, torch.tensor(shapes, dtype=torch.int32).to(dev), rows, cols, counts,
+                   diagonals, width, steps, BLOCK=block, num_warps=max(1, min(8, block // 32)))  # fmt: skip
+    both = torch.stack([rows, cols]).cpu().numpy()  # one transfer: [2, B, steps]
+    counts_host = counts.cpu().tolist()
+    return [(both[0, b, : counts_host[b]][::-1].astype(np.int64), both[1, b, : counts_host[b]][::-1].astype(np.int64))
+            for b in range(batch)]  # fmt: skip
 
 
 def lanes(rows: int) -> int:
@@ -92,11 +120,3 @@ def _interpreted() -> bool:
     import os
 
     return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def paths(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each window's least-cost path through cost[b, :n_b, :m_b] (openai's dtw_cpu rule)."""
-    if not shapes:
-        return []
-    trace = fill(skew(cost, shapes))
-    return [dtw.backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
