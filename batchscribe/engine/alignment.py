@@ -14,6 +14,7 @@ time (width 7), averaged over the heads. The DTW path through it is found beside
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from batchscribe.constants import N_SAMPLES
 from batchscribe.engine import dtw_device
 from batchscribe.model.whisper import Whisper
 
+log = logging.getLogger(__name__)
 MEDIAN_WIDTH = 7  # openai find_alignment's medfilt_width
 
 
@@ -124,8 +126,18 @@ class Aligner:
     @torch.no_grad()
     def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
         out: list[Alignment] = []
-        for start in range(0, len(windows), self.max_batch):
-            out.extend(self._batch(windows[start : start + self.max_batch]))
+        while len(out) < len(windows):
+            try:
+                out.extend(self._batch(windows[len(out) : len(out) + self.max_batch]))
+            except torch.OutOfMemoryError:
+                # The slots were sized before this pass allocated: batch fewer windows (its shape
+                # is then smaller for the rest of the run) rather than lose the run.
+                if self.max_batch == 1:
+                    raise
+                self.max_batch //= 2
+                log.warning("out of memory timing words; aligning at most %d windows at a time", self.max_batch)
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
         return out
 
     def _sequences(self, windows: Sequence[AlignWindow]) -> tuple[torch.Tensor, list[int]]:

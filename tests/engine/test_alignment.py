@@ -37,3 +37,42 @@ def test_a_window_is_the_same_alone_and_in_a_batch() -> None:
         alone = batch_matrix(qk[b : b + 1], [rows], [frames])
         torch.testing.assert_close(alone[0, :rows, :frames], together[b, :rows, :frames], rtol=0, atol=0,
                                    equal_nan=True)  # fmt: skip
+
+
+def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utterances, monkeypatch, caplog) -> None:
+    """A batch that runs out of memory is retried in halves; every window is timed once, in order,
+    as the unhindered pass times it (real tiny.en; the failure is injected once)."""
+    from batchscribe.audio.features import LogMel
+    from batchscribe.constants import HOP_LENGTH, N_SAMPLES
+    from batchscribe.engine.alignment import Aligner, AlignWindow
+    from batchscribe.model.alignment_heads import resolve_alignment_heads
+    from tests.engine.helpers import greedy_transcriber
+
+    tiny = greedy_transcriber(tiny_en_dir)
+    items = [(i, a) for i, a in utterances[:6] if len(a) <= N_SAMPLES]
+    records = tiny.transcribe(items, sample_rate=16000)
+    tok = tiny.tokenizer
+    heads = resolve_alignment_heads({}, tiny.model.dims, ("tiny.en",), "tiny.en")
+    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
+
+    def aligner() -> Aligner:
+        return Aligner(tiny.model, LogMel(tiny.model.dims.n_mels), tiny.model.encoder, heads, tok.eot,
+                       tok.no_timestamps, max_batch=4)  # fmt: skip
+
+    expected = aligner()(windows)
+    failing, real, calls = aligner(), Aligner._batch, []
+
+    def batch(self, part):
+        calls.append(len(part))
+        if len(calls) == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory (injected)")
+        return real(self, part)
+
+    monkeypatch.setattr(Aligner, "_batch", batch)
+    got = failing(windows)
+    assert calls[:2] == [4, 2] and failing.max_batch == 2 and "aligning at most 2 windows" in caplog.text
+    assert len(got) == len(windows)
+    for ours, theirs in zip(got, expected):
+        assert ours.token_probs == pytest.approx(theirs.token_probs, abs=1e-6)
+        assert [list(p) for p in ours.path] == [list(p) for p in theirs.path]
