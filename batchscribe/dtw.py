@@ -8,7 +8,7 @@ One window's matrix is filled one anti-diagonal at a time (its cells do not depe
 A batch of windows is filled together: the matrices are padded to the largest, the anti-diagonals
 laid out as rows ("skewed"), so each step is a handful of array operations over every window and
 every row. A padded cell never feeds a real one (a cell reads only smaller indices), so each
-window's path is its own. `engine/dtw_triton.py` runs the same fill on the GPU.
+window's path is its own. `engine/dtw_device.py` runs the same fill and walk on the GPU.
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ Each window's audio goes through the engine's own log-mel and encoder again (so 
 the ones its tokens were decoded from), then the decoder runs once over every window's padded token
 sequence `prefix + <|notimestamps|> + text + <|endoftext|>`, causally masked, so padding after a
 window's tokens changes none of its rows. Only the alignment heads' softmax(QK^T) is formed
-explicitly (in float32); every other attention is SDPA. The per-window normalisation that follows
-is openai's: softmax over the window's real frames, standardised over tokens, median-filtered along
-time (width 7), averaged over the heads. The DTW path through it is found beside the matrices
+explicitly (in float32); every other attention is SDPA. The normalisation that follows is
+openai's, for the whole batch at once (`batch_matrix`): softmax over each window's real frames,
+standardised over its tokens, median-filtered along time (width 7), averaged over the heads. The DTW path through it is found beside the matrices
 (engine/dtw_device.py); the word rules run on the host (batchscribe.words).
 """
 
@@ -90,7 +90,7 @@ class Aligner:
     context): a kernel's result for one row can depend on a GEMM's size, so a window's words would
     otherwise change with which windows happened to finish beside it (looks differ between graph
     replay and eager, and between runs). One transfer per batch brings back the token
-    probabilities and the DTW traces, filled on the device (engine/dtw_device.py)."""
+    probabilities, and one the DTW paths, found on the device (engine/dtw_device.py)."""
 
     def __init__(
         self,
