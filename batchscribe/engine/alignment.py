@@ -8,8 +8,9 @@ sequence `prefix + <|notimestamps|> + text + <|endoftext|>`, causally masked, so
 window's tokens changes none of its rows. Only the alignment heads' softmax(QK^T) is formed
 explicitly (in float32); every other attention is SDPA. The normalisation that follows is
 openai's, for the whole batch at once (`batch_matrix`): softmax over each window's real frames,
-standardised over its tokens, median-filtered along time (width 7), averaged over the heads. The DTW path through it is found beside the matrices
-(engine/dtw_device.py); the word rules run on the host (batchscribe.words).
+standardised over its tokens, median-filtered along time (width 7), averaged over the heads. The
+DTW path through it is found beside the matrices (engine/dtw_device.py); the word rules run on the
+host (batchscribe.words).
 """
 
 from __future__ import annotations
