@@ -63,7 +63,7 @@ if triton is not None:
         # column 0 of the full matrix lead left and up.
         i = tl.load(Shapes + 2 * window).to(tl.int64)
         j = tl.load(Shapes + 2 * window + 1).to(tl.int64)
-        k = tl.program_id(0) * 0  # a tensor, not a constant: Triton will not reassign constants in a loop
+        k = tl.program_id(0) * 0  # a tensor from the start: older Tritons refuse to reassign a constant in a loop
         while (i > 0) | (j > 0):
             tl.store(PathRow + window * STEPS + k, (i - 1).to(tl.int32))
             tl.store(PathCol + window * STEPS + k, (j - 1).to(tl.int32))

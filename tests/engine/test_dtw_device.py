@@ -49,3 +49,19 @@ def test_the_compiled_kernel_gives_the_hosts_paths() -> None:
     namespace: dict = {}
     exec(CHECK, namespace)
     namespace["check"](torch.device("cuda"))
+
+
+@pytest.mark.parametrize("block", [64, 512])
+def test_the_kernel_compiles_for_hopper(block: int) -> None:
+    """Triton's own compiler, to an sm_90 cubin, on a machine without a GPU: what the interpreter
+    cannot check (types of loop-carried values, scalar loads and stores in the walk)."""
+    pytest.importorskip("triton")
+    compiler = pytest.importorskip("triton.compiler")
+    target = pytest.importorskip("triton.backends.compiler").GPUTarget("cuda", 90, 32)
+    from batchscribe.engine import dtw_device
+
+    signature = {"Cost": "*fp64", "Total": "*fp32", "Trace": "*i8", "Shapes": "*i32", "PathRow": "*i32",
+                 "PathCol": "*i32", "Steps": "*i32", "DIAGONALS": "i32", "WIDTH": "i32", "STEPS": "i32",
+                 "BLOCK": "constexpr"}  # fmt: skip
+    source = compiler.ASTSource(fn=dtw_device._dtw, signature=signature, constexprs={"BLOCK": block})
+    assert compiler.compile(source, target=target).asm["cubin"]
