@@ -62,13 +62,14 @@ def batch_matrix(qk: torch.Tensor, rows: Sequence[int], frames: Sequence[int], w
     counts = torch.tensor(list(rows), device=dev)
     ends = torch.tensor(list(frames), device=dev)
     cols = torch.arange(audio, device=dev)[None, :] < ends[:, None]  # [B, A]
+    # In place where the values allow it: at the fixed shape each [B, H, L, A] copy is large.
     x = qk[:n].masked_fill(~cols[:, None, None, :], float("-inf")).softmax(dim=-1)  # [B, H, L, A]
     live = (torch.arange(length, device=dev)[None, :] < counts[:, None]).to(x.dtype)[:, None, :, None]
     size = counts.to(x.dtype)[:, None, None, None]
     mean = (x * live).sum(dim=-2, keepdim=True) / size
-    std = ((((x - mean) * live) ** 2).sum(dim=-2, keepdim=True) / size).sqrt()
+    std = (x - mean).mul_(live).pow_(2).sum(dim=-2, keepdim=True).div_(size).sqrt_()
     r, f, half = max(rows), max(frames), width // 2
-    x = ((x - mean) / std)[:, :, :r, :f]
+    x = x.sub_(mean).div_(std)[:, :, :r, :f]
     # Each window's own mirror: position t reads t, -t before its start, 2 (end - 1) - t after it.
     t = torch.arange(f + 2 * half, device=dev)[None, :] - half
     index = torch.where(t < 0, -t, torch.where(t >= ends[:, None], 2 * (ends[:, None] - 1) - t, t)).clamp(0, f - 1)
