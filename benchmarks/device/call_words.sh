@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call right after call_a.sh (carry .stage/p2), for issue 20's word timestamps: assemble
 # tiny.en, run the GPU tests of the alignment pass and the DTW kernel, then W1 (test-other x10)
-# without and with --word-timestamps in the same process order (their cost: <= 25 %).
+# without and with --word-timestamps, alternated, each a fresh process (their cost: <= 25 %).
 # Extra arguments go to pytest.
 #   bash benchmarks/device/call_words.sh COMMIT
 set -u
