@@ -1,4 +1,5 @@
-"""Dynamic time warping for word timestamps: openai-whisper's `dtw_cpu` rule, for many windows at once.
+"""Dynamic time warping for word timestamps on the host: openai-whisper's `dtw_cpu` rule, for many
+windows at once.
 
 Each cell of a cost matrix [N, M] takes the cheapest of its diagonal, upper and left neighbours'
 totals, preferring the left one on ties (openai's order of comparisons), totals kept in float32 as
@@ -6,30 +7,18 @@ openai keeps them, so ties break alike. The path is then traced back from the la
 
 One window's matrix is filled one anti-diagonal at a time (its cells do not depend on each other).
 A batch of windows is filled together: the matrices are padded to the largest, the anti-diagonals
-laid out as rows ("skewed"), so each step is a handful of array operations over every window and
-every row. A padded cell never feeds a real one (a cell reads only smaller indices), so each
-window's path is its own. `engine/dtw_device.py` runs the same fill and walk on the GPU.
+laid out as rows ("skewed", `engine/dtw_device.skew`), so each step is a handful of array
+operations over every window and every row. A padded cell never feeds a real one (a cell reads only
+smaller indices), so each window's path is its own. `engine/dtw_device.py` lays the batch out and
+runs the same fill and walk as one kernel on the GPU, or these two on the host.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 
 import numpy as np
 
 LEFT, UP, DIAG = 2, 1, 0  # the trace's moves, as openai's
-
-
-def skew(costs: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Padded costs laid out by anti-diagonal: out[b, d, i] = costs[b][i - 1, d - i - 1] for the
-    window's real cells (i in 1..N, d - i in 1..M), +inf elsewhere; float64 [B, N + M + 1, N + 1]."""
-    shapes = [c.shape for c in costs]
-    n, m = max(s[0] for s in shapes), max(s[1] for s in shapes)
-    out = np.full((len(costs), n + m + 1, n + 1), np.inf)
-    for b, c in enumerate(costs):
-        rows, cols = np.indices(c.shape)
-        out[b, rows + cols + 2, rows + 1] = c
-    return out, shapes
 
 
 def fill(skewed: np.ndarray) -> np.ndarray:
@@ -68,17 +57,3 @@ def backtrace(trace: np.ndarray, n: int, m: int) -> tuple[np.ndarray, np.ndarray
             raise AssertionError(f"DTW trace has no step at ({i}, {j})")
     steps = np.array(path[::-1], dtype=np.int64).reshape(-1, 2)
     return steps[:, 0], steps[:, 1]
-
-
-def dtw_batch(costs: Sequence[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The least-cost monotonic path through each of `costs` ([N_b, M_b] each)."""
-    if not costs:
-        return []
-    skewed, shapes = skew(costs)
-    trace = fill(skewed)
-    return [backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
-
-
-def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """One window's path (openai's `dtw_cpu`)."""
-    return dtw_batch([np.asarray(cost, dtype=np.float64)])[0]

@@ -1,33 +1,34 @@
-"""DTW (batchscribe/dtw.py) against openai-whisper's `dtw_cpu`: one window, and many windows of
-different shapes filled together (padding must never reach a window's own path)."""
+"""The host DTW (batchscribe/dtw.py: `fill` and `backtrace`, reached through engine/dtw_device.paths
+on CPU tensors) against openai-whisper's `dtw_cpu`, window by window, for a padded batch of windows
+of different shapes (padding must never reach a window's own path), ties included."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from batchscribe.dtw import dtw, dtw_batch
+from batchscribe.engine import dtw_device
 
 timing = pytest.importorskip("whisper.timing")
-SHAPES = [(1, 1), (3, 7), (12, 40), (40, 12), (25, 300), (2, 1), (1, 5)]
+SHAPES = [(1, 1), (3, 7), (12, 40), (40, 12), (25, 300), (2, 1), (1, 5), (70, 200)]
 
 
-def matrices(seed: int, quantise: bool) -> list[np.ndarray]:
-    """Random costs; rounded ones make ties, which must break as openai's do."""
+def padded(seed: int, quantise: bool) -> tuple[list[np.ndarray], torch.Tensor]:
+    """Random costs (rounded ones make ties, which must break as openai's do), and the same padded
+    into one batch with a value a path must never take."""
     rng = np.random.default_rng(seed)
     xs = [rng.normal(size=s) for s in SHAPES]
-    return [np.round(x) for x in xs] if quantise else xs
+    xs = [np.round(x) for x in xs] if quantise else xs
+    batch = torch.full((len(xs), max(s[0] for s in SHAPES), max(s[1] for s in SHAPES)), 5.0, dtype=torch.float64)
+    for b, x in enumerate(xs):
+        batch[b, : x.shape[0], : x.shape[1]] = torch.from_numpy(x)
+    return xs, batch
 
 
 @pytest.mark.parametrize("quantise", [False, True])
-def test_dtw_equals_openai(quantise: bool) -> None:
-    for x in matrices(1, quantise):
-        np.testing.assert_array_equal(np.stack(dtw(x)), timing.dtw_cpu(x.astype(np.float64)))
-
-
-@pytest.mark.parametrize("quantise", [False, True])
-def test_a_batch_equals_openai_window_by_window(quantise: bool) -> None:
-    xs = matrices(2, quantise)
-    for x, (rows, cols) in zip(xs, dtw_batch(xs)):
-        np.testing.assert_array_equal(np.stack([rows, cols]), timing.dtw_cpu(x.astype(np.float64)))
-    assert dtw_batch([]) == []
+def test_a_padded_batch_equals_openai_window_by_window(quantise: bool) -> None:
+    xs, batch = padded(2, quantise)
+    for x, (rows, cols) in zip(xs, dtw_device.paths(batch, SHAPES)):
+        np.testing.assert_array_equal(np.stack([rows, cols]), timing.dtw_cpu(x))
+    assert dtw_device.paths(batch[:0], []) == []

@@ -12,6 +12,8 @@ the paths come back to the host.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 
@@ -26,7 +28,7 @@ except ImportError:  # the CPU install: the host fill runs instead
 
 def skew(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
     """cost [B, N, M] (padding anywhere) -> float64 [B, N + M + 1, N + 1] with out[b, i + j + 2,
-    i + 1] = cost[b, i, j] inside each window's own (n_b, m_b), +inf elsewhere (`dtw.skew`)."""
+    i + 1] = cost[b, i, j] inside each window's own (n_b, m_b), +inf elsewhere."""
     batch, n, m = cost.shape
     rows = torch.arange(n, device=cost.device)[:, None].expand(n, m)
     cols = torch.arange(m, device=cost.device)[None, :].expand(n, m)
@@ -117,6 +119,4 @@ def warm_up(device: torch.device) -> None:
 
 
 def _interpreted() -> bool:
-    import os
-
     return os.environ.get("TRITON_INTERPRET") == "1"
