@@ -138,11 +138,10 @@ def _check_item_prompts(opts: RunOptions) -> None:
     load (the engine would otherwise refuse the first prompted item mid-run)."""
     if opts.source.prompt_column is None or opts.decode.language is not None:
         return
-    from batchscribe.config import default_cache_dir
     from batchscribe.model.dims import ModelDims
     from batchscribe.weights import resolve_model
 
-    folder = resolve_model(opts.model, cache_dir=Path(opts.cache_dir) if opts.cache_dir else default_cache_dir())
+    folder = resolve_model(opts.model, cache_dir=opts.cache_dir)
     if ModelDims.from_hf_config(json.loads((folder / "config.json").read_text())).is_multilingual:
         raise ConfigError(f"--prompt-column {opts.source.prompt_column} with the multilingual model {opts.model!r} "
                           "needs --language (e.g. --language en): the language is detected in the same decode "

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 from batchscribe.audio.sources.fingerprint import canonical_input
 from batchscribe.fleet.plan import ChildPlan
+from batchscribe.output.records import now_iso
 from batchscribe.output.writers import hostname, package_versions
 from batchscribe.run import RunOptions
 from batchscribe.version import __version__
@@ -42,7 +42,7 @@ def fleet_summary(inputs: Sequence[str], opts: RunOptions, children: Sequence[tu
         # The children load their models at the same time: the longest load is the run's start-up.
         "model_load_seconds": load,
         "rtfx_excluding_model_load": new_audio / (wall - load) if wall > load else 0.0,
-        "start_time": start_time, "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "start_time": start_time, "end_time": now_iso(),
         "gpus": [{"device": p.device, "prefix": p.prefix, "restarts": restarts,
                   "status": (s or {}).get("status", "not started"), "items": (s or {}).get("items", 0)}
                  for p, restarts, s in children],
