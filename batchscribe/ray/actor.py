@@ -116,8 +116,9 @@ class Transcribe:
             k = row[str(rec["id"])]
             records[ids[k]] = merge_record(rec, refs[k], extras[k])
         for item_id, _ in todo:  # never lose an id, as run() does
+            k = row[item_id]
             records.setdefault(item_id, error_record(item_id, "the transcriber returned no record for this item "
-                                                     "(internal error); please report it", None, {}))  # fmt: skip
+                                                     "(internal error); please report it", refs[k], extras[k]))  # fmt: skip
         done = [records[i] for i in ids]
         out = {"id": ids, "text": [r.get("text") for r in done], "error": [r.get("error") for r in done],
                "record": [jsonl_line(r) for r in done]}  # fmt: skip

@@ -95,7 +95,8 @@ class Drive:
                                            "model_info": described.get("model")}, self.state.prefix,
                          self.listing)  # fmt: skip
         writer = ShardWriter(self.output_dir, self.opts.format, self.state.prefix, self.state.next_index,
-                             self.opts.shard_size, self.opts.commit_seconds, on_commit=self.state.on_commit)  # fmt: skip
+                             self.opts.shard_size, self.opts.commit_seconds, on_commit=self.state.on_commit,
+                             words=self.opts.decode.word_timestamps)  # fmt: skip
         # Model loading happened in the actors, overlapped with reading and decoding: the time to the
         # first record is this run's start-up.
         self.sink = Sink(writer, self.state, self.opts.max_errors, self.start_wall, self.total, self.progress,
