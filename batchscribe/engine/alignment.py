@@ -178,14 +178,14 @@ class Aligner:
         weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
         matrix = batch_matrix(qk, lengths, [m for _, m in shapes])  # [B, max L_b, max frames]
         probs = []
-        for b, w in enumerate(windows):  # no host sync inside: one transfer after the loop
+        for b, (w, (_, frames)) in enumerate(zip(windows, shapes)):  # no host sync: one transfer after
             n_prefix, n_text = len(w.prefix), len(w.text_tokens)
             # Position n_prefix (<|notimestamps|>) predicts text token 0, and so on; per window, so
             # that a product's shape (and so its rounding) is the window's own.
             logits = (hidden[b, n_prefix : n_prefix + n_text] @ weight.T).float()  # [n_text, eot]
             target = tokens[b, n_prefix + 1 : n_prefix + 1 + n_text]
             probs.append(logits.softmax(dim=-1).gather(1, target[:, None])[:, 0])
-            frames = w.num_frames // 2  # rows from <|notimestamps|> to the last text token:
+            # The rows from <|notimestamps|> to the last text token.
             cost[b, : 1 + n_text, :frames] = -matrix[b, n_prefix : n_prefix + 1 + n_text, :frames].double()
         token_probs = torch.cat(probs).cpu().tolist()
         found, at = [], 0
