@@ -10,7 +10,6 @@ import torch
 
 from batchscribe.engine import dtw_device
 
-timing = pytest.importorskip("whisper.timing")
 SHAPES = [(1, 1), (3, 7), (12, 40), (40, 12), (25, 300), (2, 1), (1, 5), (70, 200)]
 
 
@@ -28,6 +27,7 @@ def padded(seed: int, quantise: bool) -> tuple[list[np.ndarray], torch.Tensor]:
 
 @pytest.mark.parametrize("quantise", [False, True])
 def test_a_padded_batch_equals_openai_window_by_window(quantise: bool) -> None:
+    timing = pytest.importorskip("whisper.timing")  # inside: the GPU tests import this module's batch
     xs, batch = padded(2, quantise)
     for x, (rows, cols) in zip(xs, dtw_device.paths(batch, SHAPES)):
         np.testing.assert_array_equal(np.stack([rows, cols]), timing.dtw_cpu(x))

@@ -61,18 +61,17 @@ def test_alignment_pass_equals_find_alignment(tiny, tiny_en_dir, utterances) -> 
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
     features = LogMel(tiny.model.dims.n_mels)
-    # The pass reads each window's cross K/V from its slot, as the engine leaves them.
-    aligner = aligner_over(tiny.model, [a for _, a in items], tok.eot, tok.no_timestamps, max_batch=5)
-    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
+    aligner = aligner_over(tiny.model, tok.eot, tok.no_timestamps, max_batch=5)
+    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
     alignments = aligner(windows)
     reference, theirs_tok = openai_model(tiny_en_dir), _openai_tokenizer(False)
     starts, ends, n_words = [], [], 0
-    for (_, samples), w, al in zip(items, windows, alignments):
+    for w, al in zip(windows, alignments):
         ours = word_timings(al.path, w.text_tokens, al.token_probs, tok)
         merge_punctuations(ours)
         audio = torch.zeros(N_SAMPLES)
-        audio[: len(samples)] = torch.from_numpy(samples)
+        audio[: len(w.audio)] = torch.from_numpy(w.audio)
         mel = features(audio[None])[0]
         theirs = timing.find_alignment(reference, theirs_tok, list(w.text_tokens), mel, w.num_frames)
         timing.merge_punctuations(theirs, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")

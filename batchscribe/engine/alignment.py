@@ -2,10 +2,9 @@
 at once, reading the cross-attention of the model's alignment heads (openai-whisper's
 find_alignment, batched).
 
-A finished window's cross-attention K/V are still in its decoder slot when the pass runs (the slot
-is freed at the collect that reads the window and refilled only by a later admission, behind the
-pass in stream order), so the pass reads them there instead of encoding the audio again. The
-decoder then runs once over every window's padded token sequence
+Each window's audio goes through the engine's own log-mel and encoder again (so the features are
+the ones its tokens were decoded from), then the decoder runs once over every window's padded token
+sequence
 `prefix + <|notimestamps|> + text + <|endoftext|>`, causally masked, so padding after a window's
 tokens changes none of its rows. Only the alignment heads' softmax(QK^T) is formed explicitly (in
 float32); every other attention is SDPA. The matrix is openai's (engine/align_matrix.py), the DTW
@@ -22,29 +21,29 @@ and replayed: one launch, one copy in and one back per batch.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from batchscribe.constants import N_SAMPLES
 from batchscribe.engine import dtw_device
 from batchscribe.engine.align_matrix import batch_matrix
 from batchscribe.engine.graphs import PassGraphs
-from batchscribe.model.cache import DecoderCache
 from batchscribe.model.whisper import Whisper
 
 log = logging.getLogger(__name__)
 LENGTHS = (64, 128, 256)  # token buckets on CUDA, below the model's whole context (448)
-_FIELDS = 4  # the packed input's leading columns: slot, prefix length, text length, frames
+_FIELDS = 4  # the packed input's leading columns: row, prefix length, text length, frames
 
 
 @dataclass(frozen=True)
 class AlignWindow:
     """One finished window whose words are to be timed."""
 
-    slot: int  # the decoder slot that still holds the window's cross-attention K/V
+    audio: np.ndarray  # [n <= N_SAMPLES] float32: the window's samples
     prefix: tuple[int, ...]  # the sot sequence it was decoded with (language token filled in)
     text_tokens: tuple[int, ...]  # every segment's text tokens (< eot), in order
     num_frames: int  # mel frames of real audio in the window (<= 3000)
@@ -57,16 +56,26 @@ class Alignment:
 
 
 class Aligner:
-    """Times words on the engine's model and decoder cache; `__call__` takes any number of windows
-    and runs them `max_batch` at a time (on CUDA, per token bucket)."""
+    """Times words on the engine's model and encoder; `__call__` takes any number of windows and
+    runs them `max_batch` at a time (on CUDA, per token bucket)."""
 
-    def __init__(self, model: Whisper, cache: DecoderCache, heads: Sequence[tuple[int, int]],  # (layer, head)
-                 eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False):  # fmt: skip
-        self.model, self.cache = model, cache
+    def __init__(
+        self,
+        model: Whisper,
+        features: Callable[[torch.Tensor], torch.Tensor],  # [B, N_SAMPLES] -> [B, n_mels, 3000]
+        encode: Callable[[torch.Tensor], torch.Tensor],  # mel -> [B, n_audio_ctx, n_state]
+        heads: Sequence[tuple[int, int]],  # (layer, head)
+        eot: int,
+        no_timestamps: int,
+        max_batch: int = 16,
+        graphs: bool = False,
+    ):
+        self.model, self.features, self.encode = model, features, encode
         self.heads = tuple(heads)
         self.eot, self.no_timestamps = eot, no_timestamps
         self.dtype = next(model.parameters()).dtype
-        self.device = cache.cross_k[0].device
+        self.device = next(model.parameters()).device
+        self._pinned: torch.Tensor | None = None  # the host side of the batch's audio
         self.fixed = self.device.type == "cuda"
         n_ctx, n_audio = model.dims.n_text_ctx, model.dims.n_audio_ctx
         self.lengths = tuple(sorted({n for n in LENGTHS if n < n_ctx} | {n_ctx}))
@@ -82,7 +91,7 @@ class Aligner:
         """One batch of the smallest bucket and both DTW kernel sizes before the run, so their
         first-call costs (Triton compilations, cuBLAS and SDPA set-up) are start-up."""
         dtw_device.warm_up(self.device)
-        self([AlignWindow(0, (), (0,), 100)])
+        self([AlignWindow(np.zeros(N_SAMPLES // 30, np.float32), (), (0,), 100)])
 
     @torch.no_grad()
     def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
@@ -127,17 +136,18 @@ class Aligner:
         packed[:, :_FIELDS] = torch.tensor([0, 0, 1, 1])  # padding rows: slot 0, one token, one frame
         for b, w in enumerate(windows):
             seq = [*w.prefix, self.no_timestamps, *w.text_tokens, self.eot]
-            packed[b, :_FIELDS] = torch.tensor([w.slot, len(w.prefix), len(w.text_tokens), w.num_frames // 2])
+            packed[b, :_FIELDS] = torch.tensor([b, len(w.prefix), len(w.text_tokens), w.num_frames // 2])
             packed[b, _FIELDS : _FIELDS + len(seq)] = torch.tensor(seq)
         if self.fixed:
             size = (length, self.model.dims.n_audio_ctx)
         else:  # the CPU computes only what its windows cover
             size = (max(len(w.text_tokens) for w in windows) + 1, max(w.num_frames // 2 for w in windows))
+        audio = self._audio(windows, rows)
         if self.graphs is not None and length in self._seen:
-            probs, path = self.graphs.run(packed, size)
+            probs, path = self.graphs.run((packed, audio), size)
         else:
             self._seen.add(length)
-            probs, path = self._forward(packed.to(self.device), size)
+            probs, path = self._forward(packed.to(self.device), audio.to(self.device, non_blocking=True), size)
         if isinstance(path, list):  # the host DTW (no Triton kernel on this device)
             paths, probs = path, probs.cpu()
         else:
@@ -146,16 +156,29 @@ class Aligner:
             paths = dtw_device.unpack(rows_cols.numpy(), counts.numpy())
         return [Alignment(paths[b], probs[b, : len(w.text_tokens)].tolist()) for b, w in enumerate(windows)]
 
-    def _forward(self, packed: torch.Tensor, size: tuple[int, int]):
-        """packed [B, 4 + L] long on the device (slot, prefix length, text length, frames, then the
-        token row) -> per window the probability of each text token [B, T] float32 (T = size[0] - 1
+    def _audio(self, windows: Sequence[AlignWindow], rows: int) -> torch.Tensor:
+        """[rows, N_SAMPLES] float32 on the host, zero-padded; on CUDA one pinned buffer, reused (the
+        batch before it synced at its copy back), so the batch's audio is one fast copy."""
+        if self._pinned is None or self._pinned.shape[0] < rows:
+            self._pinned = torch.zeros(rows, N_SAMPLES, dtype=torch.float32, pin_memory=self.fixed)
+        host = self._pinned[:rows].numpy()
+        for b in range(rows):
+            audio = windows[b].audio[:N_SAMPLES] if b < len(windows) else windows[0].audio[:0]
+            host[b, : len(audio)] = audio
+            host[b, len(audio) :] = 0.0
+        return self._pinned[:rows]
+
+    def _forward(self, packed: torch.Tensor, audio: torch.Tensor, size: tuple[int, int]):
+        """packed [B, 4 + L] long on the device (row, prefix length, text length, frames, then the
+        token row) and audio [B, N_SAMPLES] float32 on the device -> per window the probability of each text token [B, T] float32 (T = size[0] - 1
         rows from the first text token) and the DTW path through -matrix rows from
         <|notimestamps|>: device tensors (rows, cols [B, steps] int32, counts [B] int32) where the
         kernel runs, else host paths. Only queues work where the kernel runs (graph-capturable)."""
-        slots, n_prefix, n_text, frames = packed[:, :_FIELDS].unbind(1)
+        _, n_prefix, n_text, frames = packed[:, :_FIELDS].unbind(1)
         tokens = packed[:, _FIELDS:]  # [B, L]
         length, (n, f) = tokens.shape[1], size
-        hidden, qk = self._decode(tokens, slots)  # [B, L, d], [B, heads, L, n_audio_ctx] float32
+        enc = self.encode(self.features(audio).to(self.dtype))  # [B, n_audio_ctx, d]
+        hidden, qk = self._decode(tokens, enc)  # [B, L, d], [B, heads, L, n_audio_ctx] float32
         # Every row from <|notimestamps|>: n of them (text + 1), clamped inside the padded row.
         at = (n_prefix[:, None] + torch.arange(n, device=packed.device)[None, :]).clamp(max=length - 1)  # [B, n]
         matrix = batch_matrix(qk, n_prefix + n_text + 2, frames, size=(length, f))  # [B, L, f]
@@ -180,20 +203,10 @@ class Aligner:
             out[b] = logits.softmax(dim=-1).gather(1, target[b][:, None])[:, 0]
         return out
 
-    def _cross(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer `layer`'s cross K and V of the slots [B], each [B, heads, n_audio_ctx, head_dim] in
-        the model's dtype (an fp8 cache is gathered as bytes: index_select has no fp8 kernels)."""
-        out = []
-        for cached in (self.cache.cross_k[layer], self.cache.cross_v[layer]):
-            raw = cached.view(torch.uint8) if cached.element_size() == 1 else cached
-            kv = raw.index_select(0, slots).view(cached.dtype).to(self.dtype)
-            out.append(kv if self.cache.cross_hnd else kv.transpose(1, 2))
-        return out[0], out[1]
-
-    def _decode(self, tokens: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The decoder over whole sequences: tokens [B, L] over the cross K/V of `slots` [B] -> the
-        final hidden states [B, L, d] (after the last layer norm) and the alignment heads' QK^T /
-        sqrt(D) [B, n_heads, L, n_audio_ctx] in float32, in `heads` order."""
+    def _decode(self, tokens: torch.Tensor, enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder over whole sequences: tokens [B, L], enc [B, n_audio_ctx, d] -> the final
+        hidden states [B, L, d] (after the last layer norm) and the alignment heads' QK^T / sqrt(D)
+        [B, n_heads, L, n_audio_ctx] in float32, in `heads` order."""
         dec = self.model.decoder
         length = tokens.shape[1]
         x = dec.embed_tokens(tokens) + dec.embed_positions.weight[:length]
@@ -205,7 +218,7 @@ class Aligner:
             x = x + attn.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
             cross = layer.encoder_attn
             q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [B, H, L, D]
-            k, v = self._cross(i, slots)  # [B, H, n_audio_ctx, D]
+            k, v = (cross.heads(p(enc)).transpose(1, 2) for p in (cross.k_proj, cross.v_proj))
             for head in self._by_layer.get(i, ()):
                 picked[(i, head)] = (q[:, head].float() @ k[:, head].float().transpose(-1, -2)) * cross.head_dim**-0.5
             x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))

@@ -1,6 +1,5 @@
-"""The alignment pass (engine/alignment.py) on real tiny.en, reading each window's cross K/V from
-its decoder slot: an out-of-memory batch retried in halves, and on CUDA a window's words independent
-of its batch and of graph replay. Its agreement with openai's find_alignment is tests/test_words.py's."""
+"""The alignment pass (engine/alignment.py) on real tiny.en: an out-of-memory batch retried in
+halves, and on CUDA a window's words independent of its batch and of graph replay. Its agreement with openai's find_alignment is tests/test_words.py's."""
 
 from __future__ import annotations
 
@@ -22,11 +21,11 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
     items = [(i, a) for i, a in utterances[:6] if len(a) <= N_SAMPLES]
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
-    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
+    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
 
     def aligner() -> Aligner:
-        return aligner_over(tiny.model, [a for _, a in items], tok.eot, tok.no_timestamps, max_batch=4)
+        return aligner_over(tiny.model, tok.eot, tok.no_timestamps, max_batch=4)
 
     expected = aligner()(windows)
     failing, real, calls = aligner(), Aligner._batch, []
@@ -61,17 +60,16 @@ def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_
     items = [(i, a) for i, a in utterances[:12] if len(a) <= N_SAMPLES]
     records = cpu.transcribe(items, sample_rate=16000)
     tok = cpu.tokenizer
-    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
+    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
     gpu = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **GREEDY).model
-    audios = [a for _, a in items]
-    eager = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8)
-    graphed = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, graphs=True)
+    eager = aligner_over(gpu, tok.eot, tok.no_timestamps, max_batch=8)
+    graphed = aligner_over(gpu, tok.eot, tok.no_timestamps, max_batch=8, graphs=True)
     together = eager(windows)
     alone = [eager([w])[0] for w in windows]
     runs = [graphed(windows) for _ in range(3)]  # eager (the bucket's first use), capture + replay, replay
     assert graphed.graphs is not None and graphed.graphs.captured
-    reference = aligner_over(cpu.model, audios, tok.eot, tok.no_timestamps, max_batch=8)(windows)
+    reference = aligner_over(cpu.model, tok.eot, tok.no_timestamps, max_batch=8)(windows)
     same_as_cpu = 0
     for k, w in enumerate(windows):
         for other in [alone[k], *(run[k] for run in runs)]:
