@@ -4,6 +4,7 @@ splitting and punctuation merging on the same inputs, and the batched alignment 
 
 from __future__ import annotations
 
+import copy
 
 import numpy as np
 import pytest
@@ -53,15 +54,17 @@ def test_alignment_pass_equals_find_alignment(tiny, tiny_en_dir, utterances) -> 
     merge_punctuations on openai's model holding the same weights, word by word."""
     from batchscribe.audio.features import LogMel
     from batchscribe.constants import HOP_LENGTH, N_SAMPLES
-    from batchscribe.engine.alignment import AlignWindow
+    from batchscribe.engine.alignment import Aligner, AlignWindow
+    from batchscribe.model.alignment_heads import resolve_alignment_heads
     from batchscribe.words import word_timings
-    from tests.engine.helpers import aligner_over, openai_model
+    from tests.engine.helpers import openai_model
 
     items = [(i, a) for i, a in utterances[:16] if len(a) <= N_SAMPLES]
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
+    heads = resolve_alignment_heads({}, tiny.model.dims, ("tiny.en",), "tiny.en")
     features = LogMel(tiny.model.dims.n_mels)
-    aligner = aligner_over(tiny.model, tok.eot, tok.no_timestamps, max_batch=5)
+    aligner = Aligner(tiny.model, features, tiny.model.encoder, heads, tok.eot, tok.no_timestamps, max_batch=5)
     windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
                            len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
     alignments = aligner(windows)

@@ -1,5 +1,5 @@
-"""CUDA graphs over static buffers: a look's decode steps per row bucket, the admission encoder
-per chunk size, and the word-timestamp alignment pass per token bucket. Only this module captures.
+"""CUDA graphs over static buffers: a look's decode steps per row bucket, and the admission encoder
+per chunk size. Only this module captures.
 
 A look (step.Look) reads and writes only persistent tensors (the static caches and the slot state),
 so capturing it once per bucket and replaying it is the whole trick: the engine picks the smallest
@@ -198,48 +198,3 @@ def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1000 / repeats
-
-
-class PassGraphs:
-    """A pass over one packed input row per window (the alignment pass: engine/alignment.py),
-    captured per row length, over one static input each, into one memory pool (replays never
-    overlap). `forward(*inputs on the device, size)` only queues work; inputs[0] is the packed
-    [B, fields + L] long rows, whose length keys the graphs."""
-
-    def __init__(self, forward: Callable, device: torch.device, fields: int):
-        self.forward, self.device, self.fields = forward, device, fields
-        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, tuple, tuple]] = {}
-        self.pool = None
-        self.host: dict[int, tuple] = {}  # pinned copies of the inputs (None: the input is pinned)
-
-    def run(self, inputs: tuple[torch.Tensor, ...], size: tuple[int, int]):
-        """The pass over `inputs` (host tensors, the first [B, fields + L] packed) by replay,
-        capturing its length first."""
-        length = inputs[0].shape[1]
-        if length not in self.captured:
-            self._capture(tuple(x.to(self.device) for x in inputs), size)
-        graph, static, out = self.captured[length]
-        if length not in self.host:
-            self.host[length] = tuple(torch.empty_like(x).pin_memory() if not x.is_pinned() else None for x in inputs)
-        for x, pinned, there in zip(inputs, self.host[length], static):
-            # NOTE: the previous batch synced at its copy back, so a pinned buffer is free again.
-            if pinned is not None:
-                x = pinned.copy_(x)
-            there.copy_(x, non_blocking=True)
-        graph.replay()
-        return out
-
-    def _capture(self, static: tuple[torch.Tensor, ...], size: tuple[int, int]) -> None:
-        warm_up(lambda: self.forward(*static, size), self.device)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
-            out = self.forward(*static, size)
-        self.pool = graph.pool()
-        self.captured[static[0].shape[1]] = (graph, static, out)
-        log.info("captured the alignment pass for %d windows of %d tokens", static[0].shape[0],
-                 static[0].shape[1] - self.fields)  # fmt: skip
-
-    def clear(self) -> None:
-        self.captured.clear()
-        self.host.clear()
-        self.pool = None

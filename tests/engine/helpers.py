@@ -83,16 +83,3 @@ def openai_model(model_dir):
         mask[layer, head] = True
     model.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
     return model.eval()
-
-
-def aligner_over(model, eot: int, no_timestamps: int, max_batch: int, graphs: bool = False):
-    """An Aligner (engine/alignment.py) on tiny.en's heads, with the model's own log-mel and encoder
-    (on the model's device)."""
-    from batchscribe.audio.features import LogMel
-    from batchscribe.engine.alignment import Aligner
-    from batchscribe.model.alignment_heads import resolve_alignment_heads
-
-    device = next(model.parameters()).device
-    heads = resolve_alignment_heads({}, model.dims, ("tiny.en",), "tiny.en")
-    return Aligner(model, LogMel(model.dims.n_mels, device=device), model.encoder, heads, eot, no_timestamps,
-                   max_batch=max_batch, graphs=graphs)  # fmt: skip
