@@ -196,6 +196,18 @@ def _segment(
     return seg
 
 
+def revised(seg: Segment, **changes: Any) -> Segment:
+    """dataclasses.replace(seg, **changes) without its __init__ (ten object.__setattr__ calls and
+    a check of every field): the new instance's __dict__ is the old one's, updated (equal objects,
+    tested). The word stage revises every segment of every window on the GPU engine's host thread."""
+    unknown = changes.keys() - seg.__dict__.keys()
+    if unknown:
+        raise TypeError(f"Segment has no field(s) {sorted(unknown)}")
+    new = object.__new__(Segment)
+    new.__dict__.update(seg.__dict__, **changes)
+    return new
+
+
 def clamp_segments(segments: Sequence[Segment], duration: float) -> list[Segment]:
     """Renumber 0..n-1 and make times ordered, non-overlapping and within [0, duration].
 

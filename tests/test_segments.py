@@ -305,3 +305,17 @@ def test_real_transcripts_decode_as_references(
     assert n_segments >= len(records)
     if model_fixture == "base_dir":  # multibyte characters made it through
         assert any("\u3040" <= c <= "\u9fff" for r in records for c in r["text"])
+
+
+def test_revised_segment_equals_replace(tok: Tokenizer) -> None:
+    from batchscribe.segments import revised
+
+    tb, hello = tok.timestamp_begin, tok.encode(" Hello")
+    seg = split_window([tb, *hello, tb + 50], tok, time_offset=1.5, window_frames=3000, seek=150, stats=STATS).segments[0]
+    words = ({"word": " Hello", "start": 1.5, "end": 2.0, "probability": 0.9},)
+    for changes in [dict(start=1.6, end=2.0, words=words), dict(start=2.0, end=2.0, text="", tokens=(), words=())]:
+        new = revised(seg, **changes)
+        assert new == replace(seg, **changes) and vars(new) == vars(replace(seg, **changes))
+        assert list(vars(new)) == [f.name for f in fields(Segment)] and new is not seg
+    with pytest.raises(TypeError):
+        revised(seg, speaker=1)

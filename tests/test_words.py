@@ -86,3 +86,55 @@ def test_alignment_pass_equals_find_alignment(tiny, tiny_en_dir, utterances) -> 
     share = _within([a for a, _ in starts + ends], [b for _, b in starts + ends], 0.02)
     print(f"\n{n_words} words in {len(windows)} windows: {share:.2%} of starts/ends within 0.02 s of find_alignment")
     assert n_words > 200 and share >= 0.98
+
+
+# -- the host word rules' fast paths, equal to the plain computations they replace -----------------
+
+
+def test_mean_and_median_equal_numpy() -> None:
+    from batchscribe.words import _mean, _median
+
+    rng = np.random.default_rng(0)
+    for n in [*range(1, 21), 40]:
+        for _ in range(200):
+            values = (rng.random(n) * 10.0 ** rng.integers(-8, 3)).tolist()
+            assert _mean(values) == float(np.mean(values))
+            durations = [round(v, 2) for v in values]  # ties, as word durations have them
+            assert _median(durations) == float(np.median(durations))
+    assert _mean([1e16, 1.0, 1.0]) == float(np.mean([1e16, 1.0, 1.0]))  # the order of the additions
+
+
+def test_merge_punctuations_equals_openai_on_random_words() -> None:
+    """The scans that visit only the marks against openai's, on runs of marks, spaces and words."""
+    rng = np.random.default_rng(1)
+    pool = [" the", " cat", "s", '"', ' "', " (", "(", ".", ",", ")", " .", "", "'", " '", "?", " -", "-", "word ",
+            "!"]  # fmt: skip
+    for _ in range(3000):
+        texts = [pool[i] for i in rng.integers(0, len(pool), rng.integers(0, 12))]
+        a = [WordTiming(w, [k], k, k + 1, 0.5) for k, w in enumerate(texts)]
+        b = [timing.WordTiming(w, [k], k, k + 1, 0.5) for k, w in enumerate(texts)]
+        merge_punctuations(a)
+        timing.merge_punctuations(b, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")
+        assert [(w.word, w.tokens) for w in a] == [(w.word, w.tokens) for w in b], texts
+
+
+def test_word_timings_equal_openai_on_a_path(tiny_en_dir) -> None:
+    """word_timings' times and probabilities from a DTW path, bit for bit find_alignment's."""
+    from batchscribe.model.tokenizer import Tokenizer
+    from batchscribe.words import word_timings
+
+    ours, theirs = Tokenizer.from_folder(tiny_en_dir), _openai_tokenizer(False)
+    rng = np.random.default_rng(2)
+    for text in [' "Hello," she said (quietly)... it\'s 3.5 km -- right?', " Straße, naïve café — 日本語です。"]:
+        tokens = ours.encode(text)
+        rows = np.repeat(np.arange(len(tokens) + 2), rng.integers(1, 6, len(tokens) + 2))
+        cols = np.sort(rng.integers(0, 1500, len(rows)))
+        probs = rng.random(len(tokens)).tolist()
+        words, groups = theirs.split_to_word_tokens(tokens + [theirs.eot])
+        bounds = np.pad(np.cumsum([len(t) for t in groups[:-1]]), (1, 0))
+        jumps = np.pad(np.diff(rows), (1, 0), constant_values=1).astype(bool)
+        times = cols[jumps] / 50
+        expected = [(w, g, times[i], times[j], np.mean(probs[i:j]))
+                    for w, g, i, j in zip(words, groups, bounds[:-1], bounds[1:])]  # fmt: skip
+        got = [(w.word, w.tokens, w.start, w.end, w.probability) for w in word_timings((rows, cols), tokens, probs, ours)]
+        assert got == expected

@@ -23,7 +23,7 @@ from batchscribe.engine.logits import RuleSpec
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.step import StepSpec
 from batchscribe.model.tokenizer import Tokenizer
-from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, is_empty, split_window
+from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, is_empty, revised, split_window
 from batchscribe.words import WindowWords, attach_words, last_word_end, word_timings
 
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames per second: where a seek lands
@@ -294,9 +294,9 @@ class WindowPlanner:
         out = []
         for seg, start, stop, words in zip(segs, window.starts, window.ends, window.words):
             if is_empty(start, stop, seg.text):
-                out.append(replace(seg, start=start, end=stop, text="", tokens=(), words=()))
+                out.append(revised(seg, start=start, end=stop, text="", tokens=(), words=()))
             else:
-                out.append(replace(seg, start=start, end=stop, words=tuple(words)))
+                out.append(revised(seg, start=start, end=stop, words=tuple(words)))
         return out, seek
 
     def transcript(self, item: ItemProgress) -> Transcript:
