@@ -4,7 +4,6 @@ splitting and punctuation merging on the same inputs, and the batched alignment 
 
 from __future__ import annotations
 
-import copy
 
 import numpy as np
 import pytest
@@ -54,27 +53,26 @@ def test_alignment_pass_equals_find_alignment(tiny, tiny_en_dir, utterances) -> 
     merge_punctuations on openai's model holding the same weights, word by word."""
     from batchscribe.audio.features import LogMel
     from batchscribe.constants import HOP_LENGTH, N_SAMPLES
-    from batchscribe.engine.alignment import Aligner, AlignWindow
-    from batchscribe.model.alignment_heads import resolve_alignment_heads
+    from batchscribe.engine.alignment import AlignWindow
     from batchscribe.words import word_timings
-    from tests.engine.helpers import openai_model
+    from tests.engine.helpers import aligner_over, openai_model
 
     items = [(i, a) for i, a in utterances[:16] if len(a) <= N_SAMPLES]
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
-    heads = resolve_alignment_heads({}, tiny.model.dims, ("tiny.en",), "tiny.en")
     features = LogMel(tiny.model.dims.n_mels)
-    aligner = Aligner(tiny.model, features, tiny.model.encoder, heads, tok.eot, tok.no_timestamps, max_batch=5)
-    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
+    # The pass reads each window's cross K/V from its slot, as the engine leaves them.
+    aligner = aligner_over(tiny.model, [a for _, a in items], tok.eot, tok.no_timestamps, max_batch=5)
+    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
     alignments = aligner(windows)
     reference, theirs_tok = openai_model(tiny_en_dir), _openai_tokenizer(False)
     starts, ends, n_words = [], [], 0
-    for w, al in zip(windows, alignments):
+    for (_, samples), w, al in zip(items, windows, alignments):
         ours = word_timings(al.path, w.text_tokens, al.token_probs, tok)
         merge_punctuations(ours)
         audio = torch.zeros(N_SAMPLES)
-        audio[: len(w.audio)] = torch.from_numpy(w.audio)
+        audio[: len(samples)] = torch.from_numpy(samples)
         mel = features(audio[None])[0]
         theirs = timing.find_alignment(reference, theirs_tok, list(w.text_tokens), mel, w.num_frames)
         timing.merge_punctuations(theirs, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")

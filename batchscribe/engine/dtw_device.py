@@ -26,13 +26,14 @@ except ImportError:  # the CPU install: the host fill runs instead
     triton = None
 
 
-def skew(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> torch.Tensor:
+def skew(cost: torch.Tensor, shapes: torch.Tensor | list[tuple[int, int]]) -> torch.Tensor:
     """cost [B, N, M] (padding anywhere) -> float64 [B, N + M + 1, N + 1] with out[b, i + j + 2,
-    i + 1] = cost[b, i, j] inside each window's own (n_b, m_b), +inf elsewhere."""
+    i + 1] = cost[b, i, j] inside each window's own (n_b, m_b), +inf elsewhere. `shapes`: [B, 2]
+    (a device tensor keeps it free of host transfers, so it can be captured in a graph)."""
     batch, n, m = cost.shape
     rows = torch.arange(n, device=cost.device)[:, None].expand(n, m)
     cols = torch.arange(m, device=cost.device)[None, :].expand(n, m)
-    limits = torch.tensor(shapes, device=cost.device)  # [B, 2]
+    limits = torch.as_tensor(shapes, device=cost.device)  # [B, 2]
     inside = (rows[None] < limits[:, 0, None, None]) & (cols[None] < limits[:, 1, None, None])
     out = torch.full((batch, n + m + 1, n + 1), float("inf"), dtype=torch.float64, device=cost.device)
     out[:, rows + cols + 2, rows + 1] = torch.where(inside, cost.double(), float("inf"))
@@ -48,7 +49,11 @@ if triton is not None:
         lane = tl.arange(0, BLOCK) + 1  # matrix row i = lane (row 0 is the boundary)
         real = lane < WIDTH
         base = window * DIAGONALS * WIDTH
-        for d in range(2, DIAGONALS):
+        n = tl.load(Shapes + 2 * window)
+        m = tl.load(Shapes + 2 * window + 1)
+        # Only the window's own diagonals: its last cell (n - 1, m - 1) is on diagonal n + m, and a
+        # batch padded to a fixed size would otherwise walk every window through the largest's.
+        for d in range(2, n + m + 1):
             prev, prev2 = base + (d - 1) * WIDTH, base + (d - 2) * WIDTH
             diag = tl.load(Total + prev2 + lane - 1, mask=real, other=float("inf"))
             up = tl.load(Total + prev + lane - 1, mask=real, other=float("inf"))
@@ -63,8 +68,8 @@ if triton is not None:
             tl.debug_barrier()
         # The walk back from the window's last cell (`dtw.backtrace`), last step first; row 0 and
         # column 0 of the full matrix lead left and up.
-        i = tl.load(Shapes + 2 * window).to(tl.int64)
-        j = tl.load(Shapes + 2 * window + 1).to(tl.int64)
+        i = n.to(tl.int64)
+        j = m.to(tl.int64)
         k = tl.program_id(0) * 0  # a tensor from the start: older Tritons refuse to reassign a constant in a loop
         while (i > 0) | (j > 0):
             tl.store(PathRow + window * STEPS + k, (i - 1).to(tl.int32))
@@ -83,11 +88,25 @@ def paths(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> list[tuple[np.nd
     if not shapes:
         return []
     skewed = skew(cost, shapes)
-    if triton is None or skewed.device.type != "cuda" and not _interpreted():
+    if not on_device(skewed.device):
         trace = dtw.fill(skewed.cpu().numpy())
         return [dtw.backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
+    rows, cols, counts = launch(skewed, torch.tensor(shapes, dtype=torch.int32).to(skewed.device))
+    return unpack(torch.stack([rows, cols]).cpu().numpy(), counts.cpu().numpy())  # one transfer each
+
+
+def on_device(device: torch.device) -> bool:
+    """Whether the kernel runs for tensors on `device` (CUDA, or any under Triton's interpreter)."""
+    return triton is not None and (device.type == "cuda" or _interpreted())
+
+
+def launch(skewed: torch.Tensor, shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernel over skew's output [B, D, W] for windows of `shapes` [B, 2] int32 (on the same
+    device): each path last step first, rows and columns [B, D - 1] int32, and its length [B] int32.
+    Only queues work (no host transfer), so a CUDA graph can hold it."""
     batch, diagonals, width = skewed.shape
     dev = skewed.device
+    shapes = shapes.contiguous()  # read by flat index (a column of a wider table would not be)
     total = torch.full((batch, diagonals, width), float("inf"), dtype=torch.float32, device=dev)
     total[:, 0, 0] = 0.0
     trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=dev)
@@ -95,12 +114,15 @@ def paths(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> list[tuple[np.nd
     rows, cols = (torch.empty(batch, steps, dtype=torch.int32, device=dev) for _ in range(2))
     counts = torch.empty(batch, dtype=torch.int32, device=dev)
     block = lanes(width - 1)
-    _dtw[(batch,)](skewed, total, trace, torch.tensor(shapes, dtype=torch.int32).to(dev), rows, cols, counts,
-                   diagonals, width, steps, BLOCK=block, num_warps=max(1, min(8, block // 32)))  # fmt: skip
-    both = torch.stack([rows, cols]).cpu().numpy()  # one transfer: [2, B, steps]
-    counts_host = counts.cpu().tolist()
-    return [(both[0, b, : counts_host[b]][::-1].astype(np.int64), both[1, b, : counts_host[b]][::-1].astype(np.int64))
-            for b in range(batch)]  # fmt: skip
+    _dtw[(batch,)](skewed, total, trace, shapes, rows, cols, counts, diagonals, width, steps,
+                   BLOCK=block, num_warps=max(1, min(8, block // 32)))  # fmt: skip
+    return rows, cols, counts
+
+
+def unpack(both: np.ndarray, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+    """launch's outputs on the host ([2, B, steps], [B]) -> each window's (rows, cols), first step first."""
+    return [(both[0, b, :c][::-1].astype(np.int64), both[1, b, :c][::-1].astype(np.int64))
+            for b, c in enumerate(counts.tolist())]  # fmt: skip
 
 
 def lanes(rows: int) -> int:

@@ -58,10 +58,10 @@ class Engine:
         self.snapshots = SnapshotQueue(self.slots)
         self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder)
         self.rules = StepRules(spec, device, config.fused_greedy)
-        # Word timestamps: the alignment pass reads the same log-mel and encoder as admission.
+        # Word timestamps: the alignment pass reads the finished windows' cross K/V in their slots.
         self.aligner = None if alignment_heads is None else Aligner(
-            model, self.encoder.features, self.encoder.encode, alignment_heads, spec.rules.eot,
-            spec.rules.no_timestamps, max_batch=min(n_slots, 16))  # fmt: skip
+            model, self.cache, alignment_heads, spec.rules.eot, spec.rules.no_timestamps,
+            max_batch=min(n_slots, 16), graphs=config.cuda_graphs)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.
         self.steps_per_look = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
@@ -162,7 +162,7 @@ class Engine:
         return self.slots.compact(self.cache.tensors())
 
     def align(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
-        """The alignment pass over finished windows (eager; outside the step graphs)."""
+        """The alignment pass over finished windows, before any admission refills their slots."""
         if self.aligner is None:
             raise AssertionError("align() on an engine built without alignment heads")
         return self.aligner(windows)

@@ -1,5 +1,5 @@
-"""CUDA graphs over static buffers: a look's decode steps per row bucket, and the admission encoder
-per chunk size. Only this module captures.
+"""CUDA graphs over static buffers: a look's decode steps per row bucket, the admission encoder
+per chunk size, and the word-timestamp alignment pass per token bucket. Only this module captures.
 
 A look (step.Look) reads and writes only persistent tensors (the static caches and the slot state),
 so capturing it once per bucket and replaying it is the whole trick: the engine picks the smallest
@@ -198,3 +198,43 @@ def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / 1000 / repeats
+
+
+class PassGraphs:
+    """A pass over one packed input row per window (the alignment pass: engine/alignment.py),
+    captured per row length, over one static input each, into one memory pool (replays never
+    overlap). `forward(packed [B, fields + L] long on the device, size)` only queues work."""
+
+    def __init__(self, forward: Callable, device: torch.device, fields: int):
+        self.forward, self.device, self.fields = forward, device, fields
+        self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, tuple]] = {}
+        self.pool = None
+        self.host: dict[int, torch.Tensor] = {}  # pinned copies of the inputs
+
+    def run(self, packed: torch.Tensor, size: tuple[int, int]):
+        """The pass over `packed` (host, [B, fields + L]) by replay, capturing its length first."""
+        length = packed.shape[1]
+        if length not in self.captured:
+            self._capture(packed.to(self.device), size)
+        graph, static, out = self.captured[length]
+        if length not in self.host:
+            self.host[length] = torch.empty_like(packed).pin_memory()
+        host = self.host[length]
+        host.copy_(packed)  # NOTE: the previous batch synced at its copy back, so the buffer is free
+        static.copy_(host, non_blocking=True)
+        graph.replay()
+        return out
+
+    def _capture(self, static: torch.Tensor, size: tuple[int, int]) -> None:
+        warm_up(lambda: self.forward(static, size), self.device)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
+            out = self.forward(static, size)
+        self.pool = graph.pool()
+        self.captured[static.shape[1]] = (graph, static, out)
+        log.info("captured the alignment pass for %d windows of %d tokens", static.shape[0], static.shape[1] - self.fields)
+
+    def clear(self) -> None:
+        self.captured.clear()
+        self.host.clear()
+        self.pool = None

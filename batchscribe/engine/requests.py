@@ -35,3 +35,4 @@ class FinishedWindow:
     language_token: int | None  # the token LANGUAGE_POSITION after sot (detected or forced), if any
     temperature: float
     hit_eot: bool
+    slot: int | None = None  # the slot it was read from (its cross K/V stay there until the next admission)

@@ -204,7 +204,7 @@ class Scheduler:
     def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> list[Alignment | None]:
         """With word timestamps: one batched alignment pass over every window of this look whose
         segments get words (an item's next seek depends on them, so it runs before the requeue)."""
-        requests = [self.windows.align_request(run.live[res.key], v) for res, v in zip(finished, verdicts)]
+        requests = [self.windows.align_request(run.live[res.key], v, res.slot) for res, v in zip(finished, verdicts)]
         wanted = [k for k, r in enumerate(requests) if r is not None]
         out: list[Alignment | None] = [None] * len(requests)
         if wanted:

@@ -106,7 +106,8 @@ class SnapshotQueue:
             language = int(row[_S_TOKENS + at]) if begin > at else None
             results.append(FinishedWindow(key=key, tokens=sampled, sum_logprob=float(floats[slot, 0]),
                                           no_speech_prob=float(floats[slot, 1]), language_token=language,
-                                          temperature=float(slots.temperatures[slot]), hit_eot=hit_eot))  # fmt: skip
+                                          temperature=float(slots.temperatures[slot]), hit_eot=hit_eot,
+                                          slot=slot))  # fmt: skip
             slots.release(slot)
         self.spare.append(snap)
         return results

@@ -228,8 +228,9 @@ class WindowPlanner:
                              empty=not opt.word_timestamps)  # fmt: skip
         return Judged(window_frames=window_frames, split=split, temperature=res.temperature)
 
-    def align_request(self, item: ItemProgress, judged: Judged) -> AlignWindow | None:
-        """The alignment pass's input for a window whose segments get words (None: nothing to time)."""
+    def align_request(self, item: ItemProgress, judged: Judged, slot: int | None) -> AlignWindow | None:
+        """The alignment pass's input for a window whose segments get words (None: nothing to time);
+        `slot`: where its cross K/V still are."""
         if not self.options.word_timestamps or judged.split is None:
             return None
         eot = self.tokenizer.eot
@@ -238,7 +239,9 @@ class WindowPlanner:
             return None
         prefix, _ = self._prompt(item)
         prefix = tuple(t for t in prefix if t != self.tokenizer.no_timestamps)
-        return AlignWindow(item.window_audio(), prefix, text, judged.window_frames)
+        if slot is None:
+            raise AssertionError("a window to time words for was not read from a decoder slot")
+        return AlignWindow(slot, prefix, text, judged.window_frames)
 
     def settle(self, item: ItemProgress, judged: Judged, alignment: Alignment | None = None) -> bool:
         """Apply a judged window to its item (`alignment`: its words' attention, when timed); True

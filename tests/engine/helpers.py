@@ -83,3 +83,26 @@ def openai_model(model_dir):
         mask[layer, head] = True
     model.register_buffer("alignment_heads", mask.to_sparse(), persistent=False)
     return model.eval()
+
+
+def aligner_over(model, audios: list[np.ndarray], eot: int, no_timestamps: int, max_batch: int, graphs: bool = False):
+    """An Aligner (engine/alignment.py) and the slots it reads: window k's cross K/V encoded from
+    audios[k] into slot k of a fresh decoder cache, as admission leaves them (on the model's device)."""
+    import torch
+
+    from batchscribe.audio.features import LogMel
+    from batchscribe.constants import N_SAMPLES
+    from batchscribe.engine.alignment import Aligner
+    from batchscribe.model.alignment_heads import resolve_alignment_heads
+    from batchscribe.model.cache import DecoderCache
+
+    device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
+    cache = DecoderCache.allocate(model.dims, len(audios), device, dtype)
+    audio = torch.zeros(len(audios), N_SAMPLES)
+    for k, a in enumerate(audios):
+        audio[k, : len(a)] = torch.from_numpy(a[:N_SAMPLES])
+    with torch.no_grad():
+        enc = model.encoder(LogMel(model.dims.n_mels, device=device)(audio.to(device)).to(dtype))
+        model.write_cross_kv(cache, enc, torch.arange(len(audios), device=device))
+    heads = resolve_alignment_heads({}, model.dims, ("tiny.en",), "tiny.en")
+    return Aligner(model, cache, heads, eot, no_timestamps, max_batch=max_batch, graphs=graphs)

@@ -1,73 +1,41 @@
-"""The alignment matrix of a batch of windows (engine/alignment.py `batch_matrix`) against
-openai-whisper's find_alignment steps run on each window alone (softmax over its frames, standardised
-over its tokens, timing.median_filter, mean over heads), and a window's values the same alone and
-beside others (what makes a GPU run's words independent of which windows finish together)."""
+"""The alignment pass (engine/alignment.py) on real tiny.en, reading each window's cross K/V from
+its decoder slot: an out-of-memory batch retried in halves, and on CUDA a window's words independent
+of its batch and of graph replay. Its agreement with openai's find_alignment is tests/test_words.py's."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from batchscribe.engine.alignment import MEDIAN_WIDTH, batch_matrix
-
-timing = pytest.importorskip("whisper.timing")
-ROWS = [5, 3, 12, 30, 7, 4]  # a window has at least <|notimestamps|>, one token and <|endoftext|>
-FRAMES = [40, 3, 200, 750, 1, 4]  # 3 and 1: too short to mirror; 750: every frame
-
-
-def _openai(qk: torch.Tensor, rows: int, frames: int) -> torch.Tensor:
-    weights = qk[:, :rows, :frames].softmax(dim=-1)
-    std, mean = torch.std_mean(weights, dim=-2, keepdim=True, unbiased=False)
-    return timing.median_filter((weights - mean) / std, MEDIAN_WIDTH).mean(dim=0)
-
-
-def test_each_window_equals_openais_steps() -> None:
-    qk = torch.randn(len(ROWS) + 2, 3, 32, 750, generator=torch.Generator().manual_seed(0))  # 2 padding windows
-    got = batch_matrix(qk, ROWS, FRAMES)
-    assert got.shape == (len(ROWS), max(ROWS), max(FRAMES))
-    for b, (rows, frames) in enumerate(zip(ROWS, FRAMES)):
-        torch.testing.assert_close(got[b, :rows, :frames], _openai(qk[b], rows, frames), rtol=1e-5, atol=1e-5,
-                                   equal_nan=True)  # one frame: openai's std is 0 too
-
-
-def test_a_window_is_the_same_alone_and_in_a_batch() -> None:
-    qk = torch.randn(len(ROWS), 3, 32, 750, generator=torch.Generator().manual_seed(1))
-    together = batch_matrix(qk, ROWS, FRAMES, budget=1 << 20)  # the median in several parts
-    for b, (rows, frames) in enumerate(zip(ROWS, FRAMES)):
-        alone = batch_matrix(qk[b : b + 1], [rows], [frames])
-        torch.testing.assert_close(alone[0, :rows, :frames], together[b, :rows, :frames], rtol=0, atol=0,
-                                   equal_nan=True)  # fmt: skip
+from tests.engine.helpers import GREEDY
+from tests.marks import needs_cuda
 
 
 def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utterances, monkeypatch, caplog) -> None:
     """A batch that runs out of memory is retried in halves; every window is timed once, in order,
     as the unhindered pass times it (real tiny.en; the failure is injected once)."""
-    from batchscribe.audio.features import LogMel
     from batchscribe.constants import HOP_LENGTH, N_SAMPLES
     from batchscribe.engine.alignment import Aligner, AlignWindow
-    from batchscribe.model.alignment_heads import resolve_alignment_heads
-    from tests.engine.helpers import greedy_transcriber
+    from tests.engine.helpers import aligner_over, greedy_transcriber
 
     tiny = greedy_transcriber(tiny_en_dir)
     items = [(i, a) for i, a in utterances[:6] if len(a) <= N_SAMPLES]
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
-    heads = resolve_alignment_heads({}, tiny.model.dims, ("tiny.en",), "tiny.en")
-    windows = [AlignWindow(a, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for (_, a), r in zip(items, records)]  # fmt: skip
+    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
 
     def aligner() -> Aligner:
-        return Aligner(tiny.model, LogMel(tiny.model.dims.n_mels), tiny.model.encoder, heads, tok.eot,
-                       tok.no_timestamps, max_batch=4)  # fmt: skip
+        return aligner_over(tiny.model, [a for _, a in items], tok.eot, tok.no_timestamps, max_batch=4)
 
     expected = aligner()(windows)
     failing, real, calls = aligner(), Aligner._batch, []
 
-    def batch(self, part):
+    def batch(self, part, length):
         calls.append(len(part))
         if len(calls) == 1:
             raise torch.OutOfMemoryError("CUDA out of memory (injected)")
-        return real(self, part)
+        return real(self, part, length)
 
     monkeypatch.setattr(Aligner, "_batch", batch)
     got = failing(windows)
@@ -76,3 +44,39 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
     for ours, theirs in zip(got, expected):
         assert ours.token_probs == pytest.approx(theirs.token_probs, abs=1e-6)
         assert [list(p) for p in ours.path] == [list(p) for p in theirs.path]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_en_dir, utterances) -> None:
+    """The CUDA pass at its fixed shapes: a window's path and probabilities do not depend on the
+    windows batched with it, graph replay equals the eager first run of a bucket, and the paths
+    are openai's on the CPU for nearly every window (the dtype differs: bf16 or fp16 there)."""
+    from batchscribe.api import Transcriber
+    from batchscribe.constants import HOP_LENGTH, N_SAMPLES
+    from batchscribe.engine.alignment import AlignWindow
+    from tests.engine.helpers import aligner_over, greedy_transcriber
+
+    cpu = greedy_transcriber(tiny_en_dir)
+    items = [(i, a) for i, a in utterances[:12] if len(a) <= N_SAMPLES]
+    records = cpu.transcribe(items, sample_rate=16000)
+    tok = cpu.tokenizer
+    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
+                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
+    gpu = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **GREEDY).model
+    audios = [a for _, a in items]
+    eager = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8)
+    graphed = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, graphs=True)
+    together = eager(windows)
+    alone = [eager([w])[0] for w in windows]
+    runs = [graphed(windows) for _ in range(3)]  # eager (the bucket's first use), capture + replay, replay
+    assert graphed.graphs is not None and graphed.graphs.captured
+    reference = aligner_over(cpu.model, audios, tok.eot, tok.no_timestamps, max_batch=8)(windows)
+    same_as_cpu = 0
+    for k, w in enumerate(windows):
+        for other in [alone[k], *(run[k] for run in runs)]:
+            assert [list(p) for p in other.path] == [list(p) for p in together[k].path]
+            assert other.token_probs == together[k].token_probs
+        assert together[k].token_probs == pytest.approx(reference[k].token_probs, abs=0.05)
+        same_as_cpu += [list(p) for p in together[k].path] == [list(p) for p in reference[k].path]
+    assert same_as_cpu >= len(windows) - 2

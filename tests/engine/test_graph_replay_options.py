@@ -14,21 +14,22 @@ pytestmark = gpu
 PROMPT = "Mutton, turnips and carrots. Stew! Mr. Bennet's girls."
 
 
-def _replay_and_eager(tiny_en_dir, utterances, **options) -> tuple[list[dict], list[dict]]:
+def _replay_and_eager(tiny_en_dir, utterances, **options):
     from batchscribe.api import Transcriber
 
     t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **options, **GREEDY)
     eager = t.build_scheduler(config=dataclasses.replace(t.config, cuda_graphs=False))
     assert t.scheduler().engine.graphs is not None and eager.engine.graphs is None
-    return records(t.scheduler(), utterances[:12]), records(eager, utterances[:12])
+    return records(t.scheduler(), utterances[:12]), records(eager, utterances[:12]), t.scheduler().engine
 
 
 def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
-    graphed, plain = _replay_and_eager(tiny_en_dir, utterances, word_timestamps=True)
+    graphed, plain, engine = _replay_and_eager(tiny_en_dir, utterances, word_timestamps=True)
+    assert engine.aligner.graphs is not None and engine.aligner.graphs.captured  # the pass was replayed
     assert graphed == plain
     assert all(r["words"] and all(s["words"] for s in r["segments"]) for r in graphed if r["text"].strip())
 
 
 def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
-    graphed, plain = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
+    graphed, plain, _ = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
     assert graphed == plain
