@@ -180,16 +180,6 @@ class Aligner:
             out[b] = logits.softmax(dim=-1).gather(1, target[b][:, None])[:, 0]
         return out
 
-    def _cross(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Layer `layer`'s cross K and V of the slots [B], each [B, heads, n_audio_ctx, head_dim] in
-        the model's dtype (an fp8 cache is gathered as bytes: index_select has no fp8 kernels)."""
-        out = []
-        for cached in (self.cache.cross_k[layer], self.cache.cross_v[layer]):
-            raw = cached.view(torch.uint8) if cached.element_size() == 1 else cached
-            kv = raw.index_select(0, slots).view(cached.dtype).to(self.dtype)
-            out.append(kv if self.cache.cross_hnd else kv.transpose(1, 2))
-        return out[0], out[1]
-
     def _decode(self, tokens: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder over whole sequences: tokens [B, L] over the cross K/V of `slots` [B] -> the
         final hidden states [B, L, d] (after the last layer norm) and the alignment heads' QK^T /
@@ -205,7 +195,7 @@ class Aligner:
             x = x + attn.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
             cross = layer.encoder_attn
             q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [B, H, L, D]
-            k, v = self._cross(i, slots)  # [B, H, n_audio_ctx, D]
+            k, v = self.cache.cross_rows(i, slots, self.dtype)  # [B, H, n_audio_ctx, D]
             for head in self._by_layer.get(i, ()):
                 picked[(i, head)] = (q[:, head].float() @ k[:, head].float().transpose(-1, -2)) * cross.head_dim**-0.5
             x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))

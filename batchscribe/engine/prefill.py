@@ -19,13 +19,6 @@ from batchscribe.model.cache import DecoderCache
 from batchscribe.model.whisper import Whisper
 
 
-def _cross_rows(cache_kv: torch.Tensor, slots: torch.Tensor, hnd: bool, like: torch.Tensor) -> torch.Tensor:
-    """The slots' cross K or V as [G, H, n_audio_ctx, D] in the query's dtype (fp8 upcast, scale 1)."""
-    rows = cache_kv[slots]
-    rows = rows if hnd else rows.transpose(1, 2)
-    return rows if rows.dtype == like.dtype else rows.to(like.dtype)
-
-
 @torch.no_grad()
 def prefill_prompts(
     model: Whisper,
@@ -51,7 +44,6 @@ def prefill_prompts(
             break  # the last layer's K/V are written; what follows feeds no cache
         cross = layer.encoder_attn
         q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [G, H, P, D]
-        ck = _cross_rows(cache.cross_k[i], slots, cache.cross_hnd, q)
-        cv = _cross_rows(cache.cross_v[i], slots, cache.cross_hnd, q)
+        ck, cv = cache.cross_rows(i, slots, q.dtype)
         x = x + cross.out_proj(F.scaled_dot_product_attention(q, ck, cv).transpose(1, 2).flatten(2))
         x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))

@@ -62,6 +62,17 @@ class DecoderCache:
         per_layer = 2 * dims.n_text_state * (dims.n_text_ctx * size(dtype) + dims.n_audio_ctx * size(cross_dtype or dtype))
         return per_layer * dims.n_text_layer
 
+    def cross_rows(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """Layer `layer`'s cross K and V of `slots` [G] (long, on the cache's device), each
+        [G, n_head, n_audio_ctx, head_dim] in `dtype` (fp8 upcast with scale 1, gathered as bytes:
+        index_select has no fp8 kernels)."""
+        out = []
+        for cached in (self.cross_k[layer], self.cross_v[layer]):
+            raw = cached.view(torch.uint8) if cached.element_size() == 1 else cached
+            rows = raw.index_select(0, slots).view(cached.dtype).to(dtype)
+            out.append(rows if self.cross_hnd else rows.transpose(1, 2))
+        return out[0], out[1]
+
     def tensors(self) -> tuple[torch.Tensor, ...]:
         """Every per-slot buffer ([n_slots, ...]) of every layer: what moves with a slot."""
         return (*self.self_k, *self.self_v, *self.cross_k, *self.cross_v)

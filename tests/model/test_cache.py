@@ -105,3 +105,21 @@ def _small_model(seed: int) -> tuple[ModelDims, Whisper]:
     torch.manual_seed(seed)
     return dims, Whisper(dims).eval()
 
+
+
+@pytest.mark.parametrize("cross_dtype", [None, FP8])
+@pytest.mark.parametrize("hnd", [False, True])
+def test_cross_rows_are_the_slots_kv_heads_first(cross_dtype, hnd: bool) -> None:
+    """cross_rows reads any layout and dtype back as [G, H, n_audio_ctx, D] of the slots asked for,
+    the values plain indexing gives (fp8 upcast exactly)."""
+    dims = ModelDims(n_mels=80, n_audio_ctx=10, n_audio_state=16, n_audio_head=2, n_audio_layer=1, n_vocab=100,
+                     n_text_ctx=8, n_text_state=16, n_text_head=2, n_text_layer=2)  # fmt: skip
+    cache = DecoderCache.allocate(dims, 5, "cpu", torch.float32, cross_dtype, hnd)
+    for t in (*cache.cross_k, *cache.cross_v):
+        t.copy_(to_cache_dtype(torch.randn(t.shape, generator=torch.Generator().manual_seed(t.numel())), t.dtype))
+    slots = torch.tensor([3, 0, 3])
+    k, v = cache.cross_rows(1, slots, torch.float32)
+    for got, stored in ((k, cache.cross_k[1]), (v, cache.cross_v[1])):
+        want = torch.stack([stored[s].float() for s in slots.tolist()])
+        assert got.shape == (3, 2, 10, 8) and got.dtype == torch.float32
+        assert torch.equal(got, want if hnd else want.transpose(1, 2))
