@@ -11,22 +11,33 @@ from tests.engine.helpers import GREEDY
 from tests.marks import needs_cuda
 
 
-def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utterances, monkeypatch, caplog) -> None:
-    """A batch that runs out of memory is retried in halves; every window is timed once, in order,
-    as the unhindered pass times it (real tiny.en; the failure is injected once)."""
+def _decoded(tiny_en_dir, utterances, n: int):
+    """Real tiny.en on the CPU over the first n utterances (at most 30 s): the transcriber, the
+    items' audio and one AlignWindow per item, window k's slot k (its tokens as decoded)."""
     from batchscribe.constants import HOP_LENGTH, N_SAMPLES
-    from batchscribe.engine.alignment import Aligner, AlignWindow
-    from tests.engine.helpers import aligner_over, greedy_transcriber
+    from batchscribe.engine.alignment import AlignWindow
+    from tests.engine.helpers import greedy_transcriber
 
     tiny = greedy_transcriber(tiny_en_dir)
-    items = [(i, a) for i, a in utterances[:6] if len(a) <= N_SAMPLES]
+    items = [(i, a) for i, a in utterances[:n] if len(a) <= N_SAMPLES]
     records = tiny.transcribe(items, sample_rate=16000)
     tok = tiny.tokenizer
     windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
                            len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
+    return tiny, [a for _, a in items], windows
+
+
+def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utterances, monkeypatch, caplog) -> None:
+    """A batch that runs out of memory is retried in halves; every window is timed once, in order,
+    as the unhindered pass times it (real tiny.en; the failure is injected once)."""
+    from batchscribe.engine.alignment import Aligner
+    from tests.engine.helpers import aligner_over
+
+    tiny, audios, windows = _decoded(tiny_en_dir, utterances, 6)
+    tok = tiny.tokenizer
 
     def aligner() -> Aligner:
-        return aligner_over(tiny.model, [a for _, a in items], tok.eot, tok.no_timestamps, max_batch=4)
+        return aligner_over(tiny.model, audios, tok.eot, tok.no_timestamps, max_batch=4)
 
     expected = aligner()(windows)
     failing, real, calls = aligner(), Aligner._batch, []
@@ -51,20 +62,13 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
 def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_en_dir, utterances) -> None:
     """The CUDA pass at its fixed shapes: a window's path and probabilities do not depend on the
     windows batched with it, graph replay equals the eager first run of a bucket, and the paths
-    are openai's on the CPU for nearly every window (the dtype differs: bf16 or fp16 there)."""
+    equal the CPU pass's for nearly every window (the dtype differs: fp16 or bf16 there)."""
     from batchscribe.api import Transcriber
-    from batchscribe.constants import HOP_LENGTH, N_SAMPLES
-    from batchscribe.engine.alignment import AlignWindow
-    from tests.engine.helpers import aligner_over, greedy_transcriber
+    from tests.engine.helpers import aligner_over
 
-    cpu = greedy_transcriber(tiny_en_dir)
-    items = [(i, a) for i, a in utterances[:12] if len(a) <= N_SAMPLES]
-    records = cpu.transcribe(items, sample_rate=16000)
+    cpu, audios, windows = _decoded(tiny_en_dir, utterances, 12)
     tok = cpu.tokenizer
-    windows = [AlignWindow(k, (tok.sot,), tuple(t for s in r["segments"] for t in s["tokens"] if t < tok.eot),
-                           len(a) // HOP_LENGTH) for k, ((_, a), r) in enumerate(zip(items, records))]  # fmt: skip
     gpu = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **GREEDY).model
-    audios = [a for _, a in items]
     eager = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8)
     graphed = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, graphs=True)
     together = eager(windows)
