@@ -12,11 +12,11 @@ float32); every other attention is SDPA. The matrix is openai's (engine/align_ma
 path through it is found beside it (engine/dtw_device.py); the word rules run on the host
 (batchscribe.words).
 
-On CUDA a batch has a fixed shape: `max_batch` windows of one of LENGTHS tokens, the bucket of its
-longest window (a kernel's result for one row can depend on a GEMM's size, so a window's words
-would otherwise change with which windows finished beside it). With CUDA graphs each bucket's whole
-pass, DTW included, is captured the second time it is needed (the first runs eagerly, its warm-up)
-and replayed: one launch, one copy in and one back per batch.
+On CUDA a batch has a fixed shape: `max_batch` windows padded to one of LENGTHS tokens, windows
+grouped by the bucket of their own length (a kernel's result for one row can depend on a GEMM's
+size, so a window's words would otherwise change with which windows finished beside it). With CUDA
+graphs each bucket's whole pass, DTW included, is captured the second time it is needed (the first
+runs eagerly, its warm-up) and replayed: one launch, one copy in and three back per batch.
 """
 
 from __future__ import annotations
