@@ -33,7 +33,6 @@ from dataclasses import replace
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-MODELS = Path("/work/main/.pytest_models")
 
 
 def capture(rows: int, model_dir: Path) -> list[tuple]:
@@ -104,6 +103,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=100, help="train-clean-5 rows to decode")
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--model", default="tiny.en", help="name or folder (the default cache: BATCHSCRIBE_CACHE)")
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--capture", type=Path, help="pickle of the recorded windows: read if present, else written")
     args = ap.parse_args()
@@ -114,7 +114,7 @@ def main() -> None:
     from batchscribe.weights import resolve_model
     from batchscribe.words import WindowWords, attach_words, word_timings
 
-    model_dir = resolve_model("tiny.en", cache_dir=MODELS)
+    model_dir = resolve_model(args.model)
     if args.capture and args.capture.exists():
         windows = pickle.loads(args.capture.read_bytes())
     else:
