@@ -9,10 +9,11 @@ once); elsewhere the same network over 7 shifted views in torch.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
+
+from batchscribe.engine.dtw_device import on_device
 
 try:
     import triton
@@ -50,7 +51,7 @@ def batch_matrix(qk: torch.Tensor, rows: Sequence[int] | torch.Tensor, frames: S
     mean = (x * live).sum(dim=-2, keepdim=True) / denominator
     std = (x - mean).mul_(live).pow_(2).sum(dim=-2, keepdim=True).div_(denominator).sqrt_()
     x = x.sub_(mean).div_(std)[:, :, :r, :f]
-    if triton is not None and (dev.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"):
+    if on_device(dev):  # where the DTW kernel runs, the median kernel does
         return median_kernel(x, ends).mean(dim=1)
     step = max(1, budget // (heads * r * f * MEDIAN_WIDTH * 4))
     out = torch.empty(n, r, f, dtype=x.dtype, device=dev)
