@@ -7,14 +7,11 @@ run redoes only what was in flight when the last one stopped.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import itertools
 import json
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -48,6 +45,7 @@ from batchscribe.output.retry import retry_errors
 from batchscribe.output.records import error_record, jsonable, merge_record, now_iso
 from batchscribe.output.writers import ShardWriter, write_summary
 from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, nothing_left_summary, run_summary
+from batchscribe.stops import deferred, stop_signals
 from batchscribe.version import __version__
 
 
@@ -55,8 +53,6 @@ class TooManyErrors(RuntimeError):
     """More item errors than --max-errors; the records written so far are committed."""
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (timeout, Docker, Slurm, Kubernetes), handled as Ctrl-C is: what is done is committed."""
 
 
 class TranscriberLike(Protocol):
@@ -196,45 +192,48 @@ def run(
     Raises OutputInUseError / SourceError / ConfigError / ResumeConflictError / model errors
     before anything in the folder is changed when the run cannot start, TooManyErrors (after
     committing) past `max_errors`, and KeyboardInterrupt / Terminated (after committing and
-    writing the summary) on SIGINT / SIGTERM.
+    writing the summary) on SIGINT / SIGTERM (batchscribe.stops).
     """
     output_dir = Path(output_dir)
     start_wall, start_time = time.monotonic(), now_iso()
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
-    plan = _DecodePlan.for_run(opts)
-    # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
-    source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
-    listing = inputs_listing(inputs, source.exclude)
-    config = run_config(inputs, opts, listing)
-    with lock_output(output_dir, prefix) as lock, sigterm_as_interrupt():
-        state = checked_state(output_dir, prefix, config, opts, lock, listing)
-        items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
-        skipped = 0
-        if not (opts.overwrite or opts.retry_errors):
-            skipped, pending = first_pending(items, state.completed)
-            if pending is None:
-                return nothing_left(state, opts, skipped, start_wall, start_time)
-            items = pending
-        load_start = time.monotonic()
-        transcriber = (transcriber_factory or default_transcriber)(opts)
-        if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
-            transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
-        load_seconds = time.monotonic() - load_start
-        described = jsonable(transcriber.describe())
-        if not opts.overwrite:
-            check_engine_identity(output_dir, described.get("identity"))
-        # Every check has passed: from here on the folder is changed.
-        retried = prepare_folder(state, opts, lock)
-        write_run_config(output_dir, {**config, "engine": described.get("identity"),
-                                      "model_info": described.get("model")}, prefix, listing)  # fmt: skip
-        writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
-                             opts.commit_seconds, on_commit=state.on_commit,
-                             words=opts.decode.word_timestamps)  # fmt: skip
-        sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
-                    load_seconds, retried, skipped)  # fmt: skip
-        summary = _run_pipeline(items, transcriber, sink, opts, plan,
-                                lambda status: run_summary(inputs, opts, state, sink, described, start_time, status))
-        write_summary(output_dir, summary, summary_name(prefix))
+    with stop_signals():
+        with deferred():  # imports torch and Triton
+            plan = _DecodePlan.for_run(opts)
+        # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
+        source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
+        listing = inputs_listing(inputs, source.exclude)
+        config = run_config(inputs, opts, listing)
+        with lock_output(output_dir, prefix) as lock:
+            state = checked_state(output_dir, prefix, config, opts, lock, listing)
+            items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
+            skipped = 0
+            if not (opts.overwrite or opts.retry_errors):
+                skipped, pending = first_pending(items, state.completed)
+                if pending is None:
+                    return nothing_left(state, opts, skipped, start_wall, start_time)
+                items = pending
+            load_start = time.monotonic()
+            with deferred():  # the model load and the CUDA graph captures
+                transcriber = (transcriber_factory or default_transcriber)(opts)
+                if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
+                    transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
+            load_seconds = time.monotonic() - load_start
+            described = jsonable(transcriber.describe())
+            if not opts.overwrite:
+                check_engine_identity(output_dir, described.get("identity"))
+            # Every check has passed: from here on the folder is changed.
+            retried = prepare_folder(state, opts, lock)
+            write_run_config(output_dir, {**config, "engine": described.get("identity"),
+                                          "model_info": described.get("model")}, prefix, listing)  # fmt: skip
+            writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
+                                 opts.commit_seconds, on_commit=state.on_commit,
+                                 words=opts.decode.word_timestamps)  # fmt: skip
+            sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
+                        load_seconds, retried, skipped)  # fmt: skip
+            summary = _run_pipeline(items, transcriber, sink, opts, plan, lambda status: run_summary(
+                inputs, opts, state, sink, described, start_time, status))
+            write_summary(output_dir, summary, summary_name(prefix))
     if sink.stop:
         raise TooManyErrors(
             f"{sink.total_errors} item errors exceed --max-errors {opts.max_errors}; the run stopped "
@@ -307,25 +306,6 @@ def _run_pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sin
         raise
     sink.writer.flush()
     return summarize(status)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises Terminated (a KeyboardInterrupt) in the main thread, as SIGINT does, so the
-    same path commits and writes the summary; a second SIGTERM kills as usual."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated()
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:

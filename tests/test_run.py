@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from batchscribe.config import EngineOptions
 from batchscribe.output.resume import ResumeConflictError
 from batchscribe.output.writers import read_shard
 from batchscribe.run import RunOptions, TooManyErrors, run
+from batchscribe.stops import Terminated
 
 DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
 
@@ -344,6 +346,25 @@ def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch
                  transcriber_factory=lambda opts: made.append(BuildsSlowly()) or made[-1])
     assert result.summary["model_load_seconds"] >= 0.5
     assert made[0].seen and made[0].built_at < made[0].streaming_at
+
+
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
+def test_a_stop_during_the_model_load_is_raised_after_it_and_changes_nothing(
+        tmp_path: Path, signum: int, raised: type[BaseException]) -> None:  # fmt: skip
+    """A KeyboardInterrupt inside native code that calls Python (torch's imports, a capture) aborts
+    the process, so run() holds a stop that comes while the model loads until the load ends."""
+    steps: list[str] = []
+
+    def load(o: RunOptions) -> FakeTranscriber:
+        signal.raise_signal(signum)
+        steps.append("loaded")
+        return FakeTranscriber()
+
+    manifest, _ = make_manifest(tmp_path, n_copies=1)
+    with pytest.raises(raised) as caught:
+        run([str(manifest)], tmp_path / "out", opts(), load)
+    assert steps == ["loaded"] and (caught.type is Terminated) == (signum == signal.SIGTERM)
+    assert not read_all(tmp_path / "out") and not (tmp_path / "out" / "summary.json").exists()
 
 
 @pytest.mark.parametrize("language", [None, "en"])

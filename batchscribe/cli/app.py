@@ -27,7 +27,8 @@ from batchscribe.audio.sources import SourceError
 from batchscribe.cli_text import audio_length
 from batchscribe.config import ConfigError
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
-from batchscribe.run import RunResult, Terminated, TooManyErrors
+from batchscribe.run import RunResult, TooManyErrors
+from batchscribe.stops import Terminated
 from batchscribe.sink import RunProgress
 from batchscribe.version import __version__
 

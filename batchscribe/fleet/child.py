@@ -25,7 +25,8 @@ from batchscribe.config import ConfigError
 from batchscribe.fleet.plan import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from batchscribe.fleet.wire import decode_job
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
-from batchscribe.run import Terminated, TooManyErrors, run
+from batchscribe.run import TooManyErrors, run
+from batchscribe.stops import Terminated
 from batchscribe.sink import RunProgress
 
 _USAGE_ERRORS = (SourceError, ConfigError, ResumeConflictError, OutputDirError)

@@ -33,8 +33,9 @@ from batchscribe.output.lock import lock_output
 from batchscribe.output.records import now_iso
 from batchscribe.output.resume import inspect_output, output_prefix, remove_records, shard_pattern, summary_name
 from batchscribe.output.writers import write_summary
-from batchscribe.run import RunOptions, RunResult, TooManyErrors, sigterm_as_interrupt
+from batchscribe.run import RunOptions, RunResult, TooManyErrors
 from batchscribe.sink import ProgressCallback, RunProgress, estimate_total
+from batchscribe.stops import deferred, stop_signals
 
 
 class FleetError(RuntimeError):
@@ -73,7 +74,7 @@ class Supervisor:
 
     def run(self) -> RunResult:
         start_time = now_iso()
-        with lock_output(self.output_dir, f"{self.prefix}-gpus") as lock, sigterm_as_interrupt():
+        with lock_output(self.output_dir, f"{self.prefix}-gpus") as lock, stop_signals():
             if self.opts.overwrite:
                 lock.exclusive_folder()  # refused now if another writer is live
                 try:
@@ -255,7 +256,8 @@ def gpu_devices(spec: str, device: str = "auto") -> list[str]:
     if device not in ("auto", "cuda"):
         raise ConfigError(f"--gpus {spec} puts one engine on each GPU, so --device {device} does not apply; "
                           "drop --device (or pass --device cuda)")
-    import torch
+    with stop_signals(), deferred():  # a KeyboardInterrupt inside torch's import aborts the process
+        import torch
 
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return [f"cuda:{k}" for k in parse_gpus(spec, available)]

@@ -35,8 +35,9 @@ from batchscribe.output.records import now_iso
 from batchscribe.output.resume import OutputState, output_prefix
 from batchscribe.ray.actor import Transcribe, decode_batch
 from batchscribe.ray.commit import Drive
-from batchscribe.run import RunOptions, RunResult, checked_state, run_config, sigterm_as_interrupt
+from batchscribe.run import RunOptions, RunResult, checked_state, run_config
 from batchscribe.sink import ProgressCallback, estimate_total
+from batchscribe.stops import stop_signals
 
 INSTALL = "pip install 'batchscribe[ray]'"
 # Logical CPUs each stage asks Ray for. Decoding is light next to the model. CPU actors asking for
@@ -148,7 +149,7 @@ def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, 
     listing = inputs_listing(inputs, source.exclude)
     config = run_config(inputs, opts, listing)
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
-    with lock_output(output_dir, prefix) as lock, sigterm_as_interrupt():
+    with lock_output(output_dir, prefix) as lock, stop_signals():
         state = checked_state(output_dir, prefix, config, opts, lock, listing)
         skip = _skip(state, opts)
         started = _connect(ray, plan)

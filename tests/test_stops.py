@@ -1,0 +1,104 @@
+"""SIGINT / SIGTERM as one graceful stop, held back inside deferred() blocks (batchscribe.stops)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import Any
+
+import pytest
+
+from batchscribe.stops import Terminated, deferred, stop_signals
+
+
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
+def test_a_stop_outside_deferred_raises_at_once(signum: int, raised: type[BaseException]) -> None:
+    after, before = [], (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    with pytest.raises(raised) as caught, stop_signals():
+        signal.raise_signal(signum)
+        after.append("ran on")
+    assert after == [] and (caught.type is Terminated) == (signum == signal.SIGTERM)
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # restored
+
+
+def test_a_stop_inside_deferred_is_raised_when_the_outermost_block_ends() -> None:
+    steps = []
+    with pytest.raises(Terminated), stop_signals():
+        with deferred():
+            with deferred():
+                signal.raise_signal(signal.SIGTERM)
+                steps.append("inner block finished")
+            steps.append("outer block finished")
+        steps.append("after the blocks")
+    assert steps == ["inner block finished", "outer block finished"]
+
+
+def test_a_block_without_a_stop_runs_through() -> None:
+    with stop_signals():
+        with deferred():
+            value = 1
+        value += 1
+    assert value == 2
+
+
+def test_a_host_applications_sigint_handler_is_left_alone() -> None:
+    seen: list[int] = []
+
+    def mine(signum: int, frame: Any) -> None:
+        seen.append(signum)
+
+    previous = signal.signal(signal.SIGINT, mine)
+    try:
+        with stop_signals():
+            signal.raise_signal(signal.SIGINT)
+            assert seen == [signal.SIGINT]
+            with pytest.raises(Terminated):
+                signal.raise_signal(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGINT) is mine
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_deferred_without_stop_signals_changes_nothing() -> None:
+    with pytest.raises(KeyboardInterrupt):
+        with deferred():
+            signal.raise_signal(signal.SIGINT)  # Python's own handler: at once
+            pytest.fail("not raised inside the block")
+
+
+def _child(body: str) -> subprocess.CompletedProcess[str]:
+    code = "import signal\nfrom batchscribe.stops import deferred, stop_signals\n" + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_a_second_stop_kills_as_an_unhandled_signal_would() -> None:
+    proc = _child("""
+        with stop_signals(), deferred():
+            signal.raise_signal(signal.SIGINT)
+            print("held", flush=True)
+            signal.raise_signal(signal.SIGTERM)
+            print("not reached", flush=True)
+    """)
+    assert proc.returncode == -signal.SIGTERM and proc.stdout == "held\n"
+
+
+def test_sigint_while_torch_imports_in_deferred_ends_as_a_keyboard_interrupt_after_it() -> None:
+    # The stop that aborted a CI run (-6) came while torch's and Triton's pybind11 modules were
+    # importing: held, it is raised only once the import is over.
+    proc = _child("""
+        import importlib.util, os, threading
+        with stop_signals():
+            try:
+                with deferred():
+                    threading.Timer(0.05, os.kill, (os.getpid(), signal.SIGINT)).start()
+                    import torch
+                    if importlib.util.find_spec("triton"):
+                        import triton
+                    print("imported", flush=True)
+            except KeyboardInterrupt:
+                print("interrupted after", flush=True)
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-2:] == ["imported", "interrupted after"]
