@@ -213,12 +213,7 @@ def run(
                 if pending is None:
                     return nothing_left(state, opts, skipped, start_wall, start_time)
                 items = pending
-            load_start = time.monotonic()
-            with deferred():  # the model load and the CUDA graph captures
-                transcriber = (transcriber_factory or default_transcriber)(opts)
-                if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
-                    transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
-            load_seconds = time.monotonic() - load_start
+            transcriber, load_seconds = _load(opts, plan, transcriber_factory)
             described = jsonable(transcriber.describe())
             if not opts.overwrite:
                 check_engine_identity(output_dir, described.get("identity"))
@@ -242,6 +237,17 @@ def run(
             f"transcribe them again (a plain rerun keeps committed error records and skips them)."
         )
     return RunResult(output_dir, summary, tuple(writer.committed))
+
+
+def _load(opts: RunOptions, plan: _DecodePlan,
+          factory: TranscriberFactory | None) -> tuple[TranscriberLike, float]:  # fmt: skip
+    """The transcriber and the seconds its start took; a stop meanwhile waits until it is done."""
+    start = time.monotonic()
+    with deferred():  # the model load and the CUDA graph captures
+        transcriber = (factory or default_transcriber)(opts)
+        if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
+            transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
+    return transcriber, time.monotonic() - start
 
 
 def nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
@@ -340,6 +346,16 @@ def _decoded(todo: Iterator[SourceItem], transcriber: TranscriberLike, opts: Run
     return decoded
 
 
+def _close(decoded: Iterator[Any]) -> None:
+    """Shut the decode pool down now, whatever stopped the run, not when the stream is collected:
+    at exit multiprocessing's finalizers unlink the pool's semaphores first, and a worker still
+    starting then died printing a traceback."""
+    try:
+        decoded.close()  # type: ignore[attr-defined]
+    except ValueError:  # running on the transcriber's thread ("generator already executing"): it ends it
+        pass
+
+
 def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
               plan: _DecodePlan) -> None:  # fmt: skip
     decoded = _decoded(sink.skip_completed(items), transcriber, opts, plan)
@@ -356,12 +372,15 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: S
             pending[d.id] = (d.text, dict(d.extra))
             yield (d.id, d.audio, d.prompt) if d.prompt else (d.id, d.audio)  # a prompt: --prompt-column
 
-    for rec in transcriber.transcribe_stream(feed()):
-        item_id = str(rec.get("id"))
-        if item_id not in pending:
-            raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
-        text, extra = pending.pop(item_id)
-        sink.add(merge_record(rec, text, extra))
+    try:
+        for rec in transcriber.transcribe_stream(feed()):
+            item_id = str(rec.get("id"))
+            if item_id not in pending:
+                raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
+            text, extra = pending.pop(item_id)
+            sink.add(merge_record(rec, text, extra))
+    finally:
+        _close(decoded)
     for item_id, (text, extra) in pending.items():
         # Never lose an id: a transcriber that drops one yields an error record, not a gap.
         sink.add(error_record(item_id, "the transcriber returned no record for this item "

@@ -82,7 +82,7 @@ def read_all(out: Path) -> list[dict[str, Any]]:
 
 def opts(**kw: Any) -> RunOptions:
     src = SourceOptions(passthrough=("speaker",), **kw.pop("src", {}))
-    return RunOptions(source=src, workers=0, shard_size=2, **kw)
+    return RunOptions(source=src, **{"workers": 0, "shard_size": 2, **kw})
 
 
 def test_plumbing_errors_passthrough_and_summary(tmp_path: Path) -> None:
@@ -365,6 +365,25 @@ def test_a_stop_during_the_model_load_is_raised_after_it_and_changes_nothing(
         run([str(manifest)], tmp_path / "out", opts(), load)
     assert steps == ["loaded"] and (caught.type is Terminated) == (signum == signal.SIGTERM)
     assert not read_all(tmp_path / "out") and not (tmp_path / "out" / "summary.json").exists()
+
+
+def test_a_stop_mid_run_shuts_the_decode_processes_down_before_run_returns(tmp_path: Path) -> None:
+    """Not when the stream is collected (at exit, after multiprocessing unlinked the pool's
+    semaphores, so a worker still starting died printing a traceback)."""
+    import multiprocessing
+
+    class StoppedMidRun(FakeTranscriber):
+        def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
+            for rec in super().transcribe_stream(items):
+                yield rec
+                raise KeyboardInterrupt  # Ctrl-C while the engine steps
+
+    manifest, _ = make_manifest(tmp_path, n_copies=3)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        run([str(manifest)], tmp_path / "out", opts(workers=1), lambda o: StoppedMidRun())
+    assert caught.value is not None  # the traceback (and the run's frames) still held here
+    assert multiprocessing.active_children() == []
+    assert len(read_all(tmp_path / "out")) >= 1  # what finished is committed
 
 
 @pytest.mark.parametrize("language", [None, "en"])

@@ -15,7 +15,6 @@ import itertools
 import multiprocessing
 import os
 import shutil
-import sys
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -29,6 +28,8 @@ from batchscribe.audio.inflight import ChunkSizer, InFlight
 from batchscribe.audio.read_ahead import read_ahead
 from batchscribe.audio.sources import SourceItem
 from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, quiet_worker, read_back
+from batchscribe.process_context import process_context
+from batchscribe.stops import deferred
 
 # Tasks: each a chunk of consecutive items and the future of their results, in order.
 _Pending = deque[tuple[list[SourceItem], Future[list[Result]]]]
@@ -132,7 +133,8 @@ def _decode_pooled(
                 if not threads:
                     chunk = [_owned(item) for item in chunk]
                 try:
-                    pending.add(chunk, pool.submit(decode_many, chunk, decoder, spill))
+                    with deferred():  # a stop inside submit() could leave a worker starting unseen by shutdown
+                        pending.add(chunk, pool.submit(decode_many, chunk, decoder, spill))
                 except BrokenProcessPool:  # the pool died since the last check; recover below
                     pending.add(chunk, _broken_future())
             if not pending:
@@ -181,7 +183,9 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
                 continue
             for item in chunk:
                 try:
-                    results = pool.submit(decode_many, [item], decoder, spill).result()
+                    with deferred():
+                        future = pool.submit(decode_many, [item], decoder, spill)
+                    results = future.result()
                 except BrokenProcessPool:
                     pool.shutdown(wait=True)
                     pool = _new_pool(1)
@@ -198,14 +202,9 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    # NOTE: never fork: the parent may hold CUDA state or threads (torch, datasets) that a forked
-    # child would inherit half-locked. forkserver (Linux) and spawn start clean interpreters.
-    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
-    context = multiprocessing.get_context(method)
-    if method == "forkserver":
-        # The server imports the decoders once, and workers fork from it ready to decode.
-        context.set_forkserver_preload(["batchscribe.audio.worker"])
-    return context
+    # The server imports the decoders once, and workers fork from it ready to decode.
+    return process_context(["batchscribe.audio.worker"])
+
 
 
 def _new_pool(workers: int, threads: bool = False) -> Executor:

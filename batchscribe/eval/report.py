@@ -8,9 +8,7 @@ text and duplicate prediction ids are listed too.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import os
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
@@ -34,6 +32,7 @@ from batchscribe.eval.wer import (
     total,
 )
 from batchscribe.output.writers import package_versions
+from batchscribe.process_context import process_context
 
 SOURCE_GROUP = "source"  # group column meaning "the reference input the item came from"
 # Normalising and aligning is ~0.5 ms an item: past this many, score in worker processes (a
@@ -180,9 +179,7 @@ def _score_all(todo: list[tuple[Reference, dict[str, Any] | None]], s: EvalSetti
     keep = {"text", "error", "duration", *s.group_columns}
     slim = [(ref, None if rec is None else {k: v for k, v in rec.items() if k in keep}) for ref, rec in todo]
     chunks = [slim[i : i + CHUNK_ITEMS] for i in range(0, len(slim), CHUNK_ITEMS)]
-    # forkserver/spawn: a forked child of a process with threads (a run's) could inherit held locks.
-    context = multiprocessing.get_context("forkserver" if sys.platform.startswith("linux") else "spawn")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(workers, mp_context=process_context([])) as pool:
         parts = pool.map(_score_chunk, chunks, repeat(s.normalizer), repeat(s.group_columns))
         return tuple(item for part in parts for item in part)
 
