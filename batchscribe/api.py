@@ -34,11 +34,15 @@ from batchscribe.weights import load_state_dict, resolve_model
 from batchscribe.weights.digest import weights_sha256
 
 
-def _samples(items: Iterable[tuple], sample_rate: int) -> Iterator[tuple]:
+def _samples(items: Iterable[tuple | None], sample_rate: int) -> Iterator[tuple | None]:
     """(id, audio[, prompt]) -> (id, float32 mono 16 kHz samples[, prompt]). The pipeline's arrays
     pass through after an O(1) check (the engine's path is not slowed); anything else is decoded or
     resampled. A third element is the item's own initial prompt (`--prompt-column`)."""
-    for item_id, audio, *prompt in items:
+    for entry in items:
+        if entry is None:  # a live source's "nothing ready yet" (ray/feed.py), for the scheduler
+            yield None
+            continue
+        item_id, audio, *prompt = entry
         if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
             check_array(item_id, audio)
         else:

@@ -54,7 +54,7 @@ class SchedulePolicy:
 class _Run:
     """One stream's bookkeeping."""
 
-    source: Iterator[tuple]  # (id, audio) or (id, audio, prompt)
+    source: Iterator[tuple | None]  # (id, audio) or (id, audio, prompt); None: nothing ready yet
     exhausted: bool = False
     live: dict[int, ItemProgress] = field(default_factory=dict)  # key -> item with a window queued or in a slot
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
@@ -81,9 +81,10 @@ class Scheduler:
         finally:
             self.timings[stage] += time.perf_counter() - t0
 
-    def run(self, items: Iterable[tuple], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
+    def run(self, items: Iterable[tuple | None], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
         """Transcripts of `items` ((id, float32 mono 16 kHz array), or (id, array, the item's initial
-        prompt)) as they finish, not in input order."""
+        prompt)) as they finish, not in input order. A source may give None for "nothing ready yet"
+        (ray/feed.py): the scheduler steps what it has and asks again on its next turn."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
@@ -114,14 +115,17 @@ class Scheduler:
         while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
             t0 = time.perf_counter()
             try:
-                item_id, audio, *prompt = next(run.source)  # (id, audio) or (id, audio, the item's prompt)
+                entry = next(run.source)  # (id, audio) or (id, audio, the item's prompt)
             except StopIteration:
                 run.exhausted = True
                 break
             finally:
                 t1 = time.perf_counter()
                 self.timings["wait_input"] += t1 - t0
-                self.marks.setdefault("first_input", t1)
+            if entry is None:  # a live source with nothing ready yet (ray/feed.py): step what is in flight
+                break
+            self.marks.setdefault("first_input", t1)
+            item_id, audio, *prompt = entry
             item = self.windows.start(item_id, audio, *prompt)
             if item.done:  # no audio, or (--vad) no speech
                 yield self.windows.transcript(item)

@@ -22,6 +22,7 @@ from batchscribe.audio.worker import decode_one
 from batchscribe.config import DecodeOptions, EngineOptions
 from batchscribe.output.formats import jsonl_line
 from batchscribe.output.records import error_record, jsonable, merge_record
+from batchscribe.ray.feed import Feed
 
 Batch = Mapping[str, Sequence[Any]]  # Ray Data's "default"/numpy batch: column name -> values
 
@@ -81,7 +82,10 @@ class Transcribe:
     """`Dataset.map_batches(Transcribe, fn_constructor_kwargs={...}, num_gpus=1, concurrency=N)`.
 
     The constructor (run once per actor) loads `api.Transcriber(model, **options)`; each call
-    transcribes one batch with the engine's continuous batching and returns one record per row.
+    adds its batch to the actor's one engine stream (ray/feed.py) and returns one record per row.
+    Calls may run at once (`compute=ActorPoolStrategy(size=N, max_concurrent_calls_per_actor=2,
+    enable_true_multi_threading=True)`, as `batchscribe run --ray` asks): the next batch then fills
+    the slots while this one's last windows finish, instead of the engine draining every call.
     `describe=True` adds a `describe` column (the engine's resolved identity, as JSON), which the
     `batchscribe run --ray` driver checks against the folder before committing anything.
     """
@@ -92,6 +96,7 @@ class Transcribe:
         from batchscribe.api import Transcriber
 
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
+        self.feed = Feed(self.transcriber)  # one engine stream for every call, however many run at once
         self.audio_column, self.id_column = audio_column, id_column
         self.described = json.dumps(jsonable(self.transcriber.describe())) if describe else None
 
@@ -112,13 +117,9 @@ class Transcribe:
             else:
                 todo.append((item_id, np.frombuffer(samples, dtype=np.float32)))
         row = {item_id: k for k, item_id in enumerate(ids)}
-        for rec in self.transcriber.transcribe_stream(iter(todo)):
-            k = row[str(rec["id"])]
-            records[ids[k]] = merge_record(rec, refs[k], extras[k])
-        for item_id, _ in todo:  # never lose an id, as run() does
+        for (item_id, _), future in zip(todo, self.feed.submit(todo)):
             k = row[item_id]
-            records.setdefault(item_id, error_record(item_id, "the transcriber returned no record for this item "
-                                                     "(internal error); please report it", refs[k], extras[k]))  # fmt: skip
+            records[item_id] = merge_record(future.result(), refs[k], extras[k])
         done = [records[i] for i in ids]
         out = {"id": ids, "text": [r.get("text") for r in done], "error": [r.get("error") for r in done],
                "record": [jsonl_line(r) for r in done]}  # fmt: skip

@@ -200,32 +200,59 @@ class _Stages:
         src, cols = self.opts.source, self.cols
         folders = {os.path.dirname(os.path.abspath(f)) for f in self.files}
         data = self.ray.data
-        ds = data.read_parquet(self.files, ray_remote_args={"num_cpus": DECODE_CPUS}).select_columns(cols.needed)
+        tasks = decode_tasks(self.ray.cluster_resources().get("CPU", 1.0), self._actor_cpus(), self.plan.workers)
+        try:
+            ds = data.read_parquet(self.files, concurrency=tasks, ray_remote_args={"num_cpus": DECODE_CPUS})
+        except TypeError:  # Ray before 2.10 has no concurrency= on its reads
+            ds = data.read_parquet(self.files, ray_remote_args={"num_cpus": DECODE_CPUS})
+        ds = ds.select_columns(cols.needed)
         try:
             # A Parquet row group is one block, and one block feeds one actor: cut them small
             # (streaming, no shuffle) so every actor has work. Ray before 2.4x lacks it.
             ds = ds.repartition(target_num_rows_per_block=DECODE_ROWS)
         except TypeError:
             pass
-        ds = ds.map_batches(decode_batch, batch_size=DECODE_ROWS, num_cpus=DECODE_CPUS, fn_kwargs={
+        ds = ds.map_batches(decode_batch, batch_size=DECODE_ROWS, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs={
             "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
             "passthrough": list(cols.passthrough), "skip": self.skip, "num_shards": src.num_shards,
             "shard_index": src.shard_index, "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
         slots = engine.batch_size or (128 if self.gpus else 16)
-        # Rows per actor call. Each call drains the engine before the next begins, so more rows waste
-        # less of the tail; fewer rows spread a small input over every actor (on the CPU, at 40 rows,
-        # 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
-        rows = 2 * slots if self.gpus else slots
+        # Rows per actor call: a slot's worth. Two calls run at once on an actor's one engine stream,
+        # so its slots stay full; fewer rows spread a small input over every actor (on the CPU, at
+        # 40 rows, 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
+        rows = slots
         ds = ds.map_batches(
-            Transcribe, batch_size=rows, compute=data.ActorPoolStrategy(size=self.plan.workers), num_gpus=self.gpus,
-            num_cpus=GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS,
+            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers), num_gpus=self.gpus,
+            num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True,
                                    "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
         for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             yield from table.to_pylist()
+
+
+    def _actor_cpus(self) -> float:
+        return GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS
+
+
+def _actor_pool(data: Any, workers: int) -> Any:
+    """Two calls at once on each actor, so the engine never drains between batches (ray/feed.py);
+    a Ray without these arguments runs one at a time: slower, the same records."""
+    try:
+        # No more in flight than run at once: tasks queued behind an actor's two would go to
+        # whichever actor was ready first (seen on the CPU: one actor got most of a small input).
+        return data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
+                                      enable_true_multi_threading=True)  # fmt: skip
+    except TypeError:
+        return data.ActorPoolStrategy(size=workers)
+
+
+def decode_tasks(cluster_cpus: float, actor_cpus: float, workers: int) -> int:
+    """Read and decode tasks at once: the CPUs the actors leave, at least 2. Uncapped, tasks of
+    DECODE_CPUS each run 4 to a CPU: 64 Python workers on 16 CPUs beside one GPU actor (seen)."""
+    return max(2, int(cluster_cpus - actor_cpus * workers))
 
 
 def _str(path: Path | None) -> str | None:

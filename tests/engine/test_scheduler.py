@@ -4,6 +4,7 @@ record; out of memory shrinks slots and admission groups."""
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 from dataclasses import replace
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 
 from batchscribe.audio.decode import decode_audio
 from batchscribe.config import DecodeOptions
+from batchscribe.output.verbose_json import transcript_record
 from tests.engine.helpers import GREEDY, records
 from tests.engine.helpers import check_record as _check_record
 from tests.marks import needs_cuda
@@ -91,6 +93,28 @@ def test_lagged_collection_gives_identical_records(transcriber, items, monkeypat
     # The lagged run looked at its slots a third as often and found the same windows.
     assert late_sched.timings["windows"] == now_sched.timings["windows"]
     assert late_sched.engine.pending_snapshots() == 0
+
+
+def test_a_source_with_nothing_ready_yet_changes_no_record(transcriber, items, monkeypatch) -> None:
+    """A live source (ray/feed.py) gives None while its rows are in flight: the scheduler steps
+    what it holds and asks again, and every record is the one a plain source gives."""
+    plain, _ = _run(transcriber, items, check_every=1, lag=0, monkeypatch=monkeypatch)
+    sched = transcriber.build_scheduler(FALLBACK, replace(transcriber.config, n_slots=3, kv_buckets=(448,)))
+    asked = []
+
+    def live() -> Iterator[tuple[str, np.ndarray] | None]:
+        for item in items:
+            for _ in range(3):  # three turns with nothing ready before each item
+                asked.append(sched.engine.slots.rows_in_use())
+                yield None
+            yield item
+
+    run = sched.run(live(), replace(sched.policy, check_every=1, lag=0))
+    got = sorted((transcript_record(t) for t in run), key=lambda r: r["id"])
+    assert [r["id"] for r in got] == [r["id"] for r in plain]
+    assert {r["id"]: (r["text"], r["segments"] and [s["tokens"] for s in r["segments"]]) for r in got} == {
+        r["id"]: (r["text"], r["segments"] and [s["tokens"] for s in r["segments"]]) for r in plain}
+    assert any(asked)  # "nothing ready" did come while windows were in flight
 
 
 def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:

@@ -88,6 +88,22 @@ def test_two_actors_over_40_rows_equal_a_plain_run(rows: Path, model_cache: Path
     assert again.returncode == 0 and "nothing left to do" in again.stderr, again.stderr
 
 
+def test_word_timestamps_into_parquet_equal_a_plain_run(clips: Path, model_cache: Path, cluster: str,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    """`--ray --word-timestamps --format parquet`: the actors' words reach the Parquet writer as the
+    plain run's do (its words column, every field equal), and the error record keeps none."""
+    plain = _run([*command(clips, tmp_path / "plain", model_cache, "parquet", 4, 0), "--word-timestamps"])
+    assert plain.returncode == 0, plain.stderr
+    on_ray = _run([*command(clips, tmp_path / "ray", model_cache, "parquet", 4, 0), "--word-timestamps",
+                   "--ray", cluster, "--ray-workers", "2"])  # fmt: skip
+    assert on_ray.returncode == 0, on_ray.stderr
+    got, want = _records(tmp_path / "ray"), _records(tmp_path / "plain")
+    assert got.keys() == want.keys() and [i for i in want if not _same(got[i], want[i])] == []
+    words = {i: r["words"] for i, r in got.items()}
+    assert all(words[i] for i in got if got[i].get("error") is None)  # every transcribed clip has its words
+    assert all(w["start"] <= w["end"] for ws in words.values() for w in ws or [])
+
+
 def _actor_pids() -> list[int]:
     """The transcribing actors' processes (Ray names them by their class in the process title)."""
     pids = []
