@@ -219,12 +219,12 @@ class _Stages:
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
         slots = engine.batch_size or (128 if self.gpus else 16)
-        # Rows per actor call: a slot's worth. Two calls run at once on an actor's one engine stream,
-        # so its slots stay full; fewer rows spread a small input over every actor (on the CPU, at
-        # 40 rows, 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
+        # Rows per actor call: a slot's worth. On a GPU two calls run at once on an actor's one engine
+        # stream, so its slots stay full; fewer rows spread a small input over every actor (on the
+        # CPU, at 40 rows, 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
         rows = slots
         ds = ds.map_batches(
-            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers), num_gpus=self.gpus,
+            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers, self.gpus), num_gpus=self.gpus,
             num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True,
@@ -237,12 +237,16 @@ class _Stages:
         return GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS
 
 
-def _actor_pool(data: Any, workers: int) -> Any:
-    """Two calls at once on each actor, so the engine never drains between batches (ray/feed.py);
-    a Ray without these arguments runs one at a time: slower, the same records."""
+def _actor_pool(data: Any, workers: int, gpus: int) -> Any:
+    """On a GPU, two calls at once on each actor, so the engine never drains between batches
+    (ray/feed.py): a GPU step costs about the same with few rows as with many, so a draining tail
+    wastes most of it. On the CPU a step's cost falls with its rows and one call at a time spreads
+    a small input better (two at once gave the first actor up most of 40 rows: +20 %,
+    benchmarks/ray_overhead.py). A Ray without these arguments runs one at a time."""
+    if not gpus:
+        return data.ActorPoolStrategy(size=workers)
     try:
-        # No more in flight than run at once: tasks queued behind an actor's two would go to
-        # whichever actor was ready first (seen on the CPU: one actor got most of a small input).
+        # No more in flight than run at once: queued tasks would go to whichever actor was ready first.
         return data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
                                       enable_true_multi_threading=True)  # fmt: skip
     except TypeError:

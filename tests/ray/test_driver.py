@@ -18,11 +18,13 @@ def test_decode_tasks_use_the_cpus_the_actors_leave(cpus: int, actor_cpus: float
     assert tasks == 2 or tasks <= left < tasks + 1  # else every CPU the actors leave, and no more
 
 
-def test_each_actor_runs_two_calls_at_once_and_queues_no_more() -> None:
+def test_each_gpu_actor_runs_two_calls_at_once_and_queues_no_more() -> None:
     data = pytest.importorskip("ray.data", reason="the ray extra is not installed")
-    pool = _actor_pool(data, 3)
+    pool = _actor_pool(data, 3, gpus=1)
     assert (pool.min_size, pool.max_size) == (3, 3)
     assert pool.max_concurrent_calls_per_actor == 2 and pool.max_tasks_in_flight_per_actor == 2
+    cpu = _actor_pool(data, 2, gpus=0)
+    assert (cpu.min_size, cpu.max_size, cpu.max_concurrent_calls_per_actor) == (2, 2, None)  # one at a time
 
 
 def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
@@ -31,5 +33,5 @@ def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
             def __init__(self, *, size: int) -> None:  # Ray before max_concurrent_calls_per_actor
                 self.size = size
 
-    pool: Any = _actor_pool(OldRay, 2)
+    pool: Any = _actor_pool(OldRay, 2, gpus=1)
     assert pool.size == 2
