@@ -45,14 +45,12 @@ from batchscribe.output.retry import retry_errors
 from batchscribe.output.records import error_record, jsonable, merge_record, now_iso
 from batchscribe.output.writers import ShardWriter, write_summary
 from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, nothing_left_summary, run_summary
-from batchscribe.stops import deferred, stop_signals
+from batchscribe.stops import Terminated, deferred, stop_signals  # noqa: F401 (Terminated: what run() raises)
 from batchscribe.version import __version__
 
 
 class TooManyErrors(RuntimeError):
     """More item errors than --max-errors; the records written so far are committed."""
-
-
 
 
 class TranscriberLike(Protocol):

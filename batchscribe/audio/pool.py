@@ -206,7 +206,6 @@ def _context() -> multiprocessing.context.BaseContext:
     return process_context(["batchscribe.audio.worker"])
 
 
-
 def _new_pool(workers: int, threads: bool = False) -> Executor:
     if threads:
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batchscribe-decode")

@@ -28,8 +28,8 @@ from batchscribe.cli_text import audio_length
 from batchscribe.config import ConfigError
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import RunResult, TooManyErrors
-from batchscribe.stops import Terminated
 from batchscribe.sink import RunProgress
+from batchscribe.stops import Terminated
 from batchscribe.version import __version__
 
 app = typer.Typer(

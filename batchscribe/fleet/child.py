@@ -26,8 +26,8 @@ from batchscribe.fleet.plan import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_
 from batchscribe.fleet.wire import decode_job
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import TooManyErrors, run
-from batchscribe.stops import Terminated
 from batchscribe.sink import RunProgress
+from batchscribe.stops import Terminated
 
 _USAGE_ERRORS = (SourceError, ConfigError, ResumeConflictError, OutputDirError)
 _MODEL_ERRORS = ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError")  # weights/, lazy

@@ -203,7 +203,7 @@ class _Stages:
         tasks = decode_tasks(self.ray.cluster_resources().get("CPU", 1.0), self._actor_cpus(), self.plan.workers)
         try:
             ds = data.read_parquet(self.files, concurrency=tasks, ray_remote_args={"num_cpus": DECODE_CPUS})
-        except TypeError:  # Ray before 2.10 has no concurrency= on its reads
+        except TypeError:  # a Ray without concurrency= on its reads
             ds = data.read_parquet(self.files, ray_remote_args={"num_cpus": DECODE_CPUS})
         ds = ds.select_columns(cols.needed)
         try:
@@ -232,7 +232,6 @@ class _Stages:
         for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             yield from table.to_pylist()
 
-
     def _actor_cpus(self) -> float:
         return GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS
 
@@ -241,7 +240,7 @@ def _actor_pool(data: Any, workers: int, gpus: int) -> Any:
     """On a GPU, two calls at once on each actor, so the engine never drains between batches
     (ray/feed.py): a GPU step costs about the same with few rows as with many, so a draining tail
     wastes most of it. On the CPU a step's cost falls with its rows and one call at a time spreads
-    a small input better (two at once gave the first actor up most of 40 rows: +20 %,
+    a small input better (with two at once, the first actor ready took most of 40 rows: +20 %,
     benchmarks/ray_overhead.py). A Ray without these arguments runs one at a time."""
     if not gpus:
         return data.ActorPoolStrategy(size=workers)
