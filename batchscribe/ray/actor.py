@@ -2,8 +2,9 @@
 `Transcribe` (a callable class: one engine per actor, loaded once). Neither imports ray: they are
 plain functions of Ray Data's batches (dicts of columns), so they are tested without a cluster.
 
-A batch row is (id, audio): `audio` a `{bytes, path}` struct as Hugging Face datasets store it,
-encoded bytes, or a path. `decode_batch` turns it into `samples` (float32 bytes) or `error`, and
+A batch row is (id, audio): `audio` a `{bytes, path}` struct as Hugging Face datasets store it
+(or its decoded `{array, sampling_rate}`), encoded bytes, or a path, read as the plain run's
+sources read it (`audio_value`). `decode_batch` turns it into `samples` (float32 bytes) or `error`, and
 `Transcribe` accepts either form. Each output row is one record: `id`, `text`, `error` (None when
 ok) and `record`, the whole verbose_json record as JSON, exactly what `batchscribe run` writes.
 """
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from batchscribe.audio.sources import SourceError, SourceItem, shard_of
+from batchscribe.audio.sources.columns import audio_value
 from batchscribe.audio.worker import decode_one
 from batchscribe.config import DecodeOptions, EngineOptions
 from batchscribe.output.formats import jsonl_line
@@ -25,21 +27,6 @@ from batchscribe.output.records import error_record, jsonable, merge_record
 from batchscribe.ray.feed import Feed
 
 Batch = Mapping[str, Sequence[Any]]  # Ray Data's "default"/numpy batch: column name -> values
-
-
-def _audio(value: Any, base_dir: str | None) -> tuple[bytes | None, str | None]:
-    """An audio cell -> (encoded bytes, path): the same reading as the plain run's sources."""
-    if isinstance(value, Mapping):
-        data, where = value.get("bytes"), value.get("path")
-        if data:
-            return bytes(data), None
-        value = where
-    if isinstance(value, (bytes, bytearray, np.bytes_)):
-        return bytes(value), None
-    if isinstance(value, str) and value:
-        relative = base_dir is not None and "://" not in value and not Path(value).is_absolute()
-        return None, str(Path(base_dir) / value) if relative else value  # type: ignore[arg-type]
-    return None, None
 
 
 def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio", text_column: str | None = None,
@@ -54,12 +41,13 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
                           f"{', '.join(batch)}); name the right one with id_column=, audio_column=, text_column= "
                           "or passthrough=, or select it when reading")
     out: dict[str, list[Any]] = {"id": [], "samples": [], "error": [], "reference": [], "extra": []}
-    ids = batch[id_column]
+    ids, folder = batch[id_column], None if base_dir is None else Path(base_dir)
     for i in range(len(ids)):
         item_id = str(ids[i])
         if item_id in skip or (num_shards > 1 and shard_of(item_id, num_shards) != shard_index):
             continue
-        data, path = _audio(batch[audio_column][i], base_dir)
+        cell = batch[audio_column][i]
+        data, path = audio_value(dict(cell) if isinstance(cell, Mapping) else cell, folder)  # as the plain run reads it
         samples, error = decode_one(SourceItem(item_id, data, path, None), None)
         text = batch[text_column][i] if text_column else None
         out["id"].append(item_id)

@@ -50,6 +50,32 @@ def test_decode_batch_keeps_this_part_drops_committed_and_decodes_as_run_does() 
             np.testing.assert_array_equal(samples, expected)
 
 
+def test_decode_batch_reads_every_cell_form_as_the_plain_runs_sources(tmp_path: Path) -> None:
+    """Decoded arrays (`datasets` with Audio decoding on), paths relative to the input's folder and
+    raw bytes: the samples the plain run's Parquet source and decode pool give for the same rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from batchscribe.audio.sources import SourceOptions, iter_source
+
+    rate = 16000
+    tone = (0.1 * np.sin(2 * np.pi * 440 * np.arange(rate // 2) / rate)).astype(np.float32)
+    (tmp_path / "clip.flac").write_bytes(_flac(0.25))
+    cells = [{"array": tone.tolist(), "sampling_rate": rate, "path": None, "bytes": None},
+             {"bytes": None, "path": "clip.flac", "array": None, "sampling_rate": None},
+             {"bytes": _flac(0.5), "path": None, "array": None, "sampling_rate": None}]  # fmt: skip
+    ids = ["array", "relative", "bytes"]
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": ids, "audio": cells}), parquet)
+    plain = {d.id: d for d in decode_stream(iter_source([str(parquet)], SourceOptions()), workers=0)}
+    batch = {"id": np.array(ids, dtype=object), "audio": np.array(cells, dtype=object)}
+    out = decode_batch(batch, base_dir=str(tmp_path))
+    for k, item_id in enumerate(out["id"]):
+        assert out["error"][k] is None and plain[item_id].error is None, (out["error"][k], plain[item_id].error)
+        np.testing.assert_array_equal(np.frombuffer(out["samples"][k], dtype=np.float32), plain[item_id].audio)
+    np.testing.assert_allclose(np.frombuffer(out["samples"][0], dtype=np.float32), tone, atol=1e-7)
+
+
 def test_import_batchscribe_ray_does_not_import_ray() -> None:
     code = "import sys, batchscribe.ray, batchscribe.ray.driver; print('ray' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -66,7 +66,7 @@ def note_columns(cols: Columns, opts: SourceOptions) -> None:
         log.info("reference text: column %r (a conventional name; --text-column NAME picks another)", cols.text)
 
 
-def _audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str | None]:
+def audio_value(value: Any, base_dir: Path | None) -> tuple[bytes | None, str | None]:
     """An audio cell (`{bytes, path}` struct, decoded `{array, sampling_rate}`, path string or raw
     bytes) -> (bytes, path)."""
     if isinstance(value, dict):
@@ -109,7 +109,7 @@ def _resolve_path(where: str, base_dir: Path | None) -> str:
 
 def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Path | None,
               origin: str | None = None) -> SourceItem:
-    data, where = _audio_value(row[cols.audio], base_dir)
+    data, where = audio_value(row[cols.audio], base_dir)
     raw_id = row[cols.id] if cols.id is not None else None
     raw_text = row[cols.text] if cols.text is not None else None
     return SourceItem(
