@@ -30,6 +30,12 @@ class ConfigError(ValueError):
     """A setting that cannot work; the message names the value, the limit and the fix."""
 
 
+# weights/'s errors that are the user's to fix (exit code 2: an unknown name, a pickle-only or
+# unreadable checkpoint, a model file whose sha256 differs from the pinned one). Matched by class
+# name, so the CLI, --gpus children and the Ray driver need not import weights/ (which loads torch).
+MODEL_ERROR_NAMES = ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError")
+
+
 def require_vad() -> None:
     """--vad's extra must be installed: a usage error before any model loads (found, not imported)."""
     if importlib.util.find_spec("silero_vad") is None:

@@ -37,3 +37,15 @@ def test_decode_options_refuse_with_the_fix(kwargs: dict, message: str) -> None:
 def test_engine_options_refuse_with_the_fix(kwargs: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         EngineOptions(**kwargs)
+
+
+def test_model_error_names_are_the_weights_error_classes() -> None:
+    """The CLI, --gpus children and the Ray driver match weights/'s errors by these names: a
+    renamed class would silently turn a usage error (exit 2) into a crash (exit 1)."""
+    import batchscribe.weights as weights
+    from batchscribe.config import MODEL_ERROR_NAMES
+
+    classes = [getattr(weights, name) for name in MODEL_ERROR_NAMES]
+    assert all(isinstance(c, type) and issubclass(c, Exception) for c in classes)
+    defined = {n for n in dir(weights) if n.endswith("Error") and isinstance(getattr(weights, n), type)}
+    assert defined == set(MODEL_ERROR_NAMES)  # and a new one is listed

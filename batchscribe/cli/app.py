@@ -25,7 +25,7 @@ from rich.table import Table
 
 from batchscribe.audio.sources import SourceError
 from batchscribe.cli_text import audio_length
-from batchscribe.config import ConfigError
+from batchscribe.config import MODEL_ERROR_NAMES, ConfigError
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
 from batchscribe.run import RunResult, TooManyErrors
 from batchscribe.sink import RunProgress
@@ -94,9 +94,7 @@ def _handled() -> Iterator[None]:
     except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
         _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
     except Exception as exc:
-        # batchscribe.weights is imported lazily: unknown name, pickle-only or
-        # unreadable checkpoint, model file whose sha256 differs from the pinned one.
-        if type(exc).__name__ in ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError"):
+        if type(exc).__name__ in MODEL_ERROR_NAMES:
             _die(str(exc), 2)
         if type(exc).__name__ in ("FleetError", "RayRunError"):  # a --gpus child or Ray failed: imported lazily
             _die(str(exc), 1)

@@ -21,7 +21,7 @@ import threading
 from typing import IO, Any
 
 from batchscribe.audio.sources import SourceError
-from batchscribe.config import ConfigError
+from batchscribe.config import MODEL_ERROR_NAMES, ConfigError
 from batchscribe.fleet.plan import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from batchscribe.fleet.wire import decode_job
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
@@ -30,7 +30,6 @@ from batchscribe.sink import RunProgress
 from batchscribe.stops import Terminated
 
 _USAGE_ERRORS = (SourceError, ConfigError, ResumeConflictError, OutputDirError)
-_MODEL_ERRORS = ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError")  # weights/, lazy
 
 
 def _send(channel: IO[str], message: dict[str, Any]) -> None:
@@ -47,7 +46,7 @@ def _watch_parent(stdin: IO[bytes]) -> None:
 def _exit_code(exc: BaseException) -> int:
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_SIGTERM if isinstance(exc, Terminated) else EXIT_SIGINT
-    if isinstance(exc, _USAGE_ERRORS) or type(exc).__name__ in _MODEL_ERRORS:
+    if isinstance(exc, _USAGE_ERRORS) or type(exc).__name__ in MODEL_ERROR_NAMES:
         return EXIT_USAGE
     return EXIT_FAILED  # TooManyErrors, a full disk, a bug: the parent does not restart these
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from batchscribe.config import ConfigError
+from batchscribe.config import MODEL_ERROR_NAMES, ConfigError
 from batchscribe.output.identity import check_engine_identity, write_run_config
 from batchscribe.output.lock import OutputLock
 from batchscribe.output.resume import OutputState, ResumeConflictError, summary_name
@@ -25,8 +25,7 @@ from batchscribe.output.writers import ShardWriter, write_summary
 from batchscribe.run import RunOptions, RunResult, TooManyErrors, nothing_left, prepare_folder
 from batchscribe.sink import ProgressCallback, Sink, run_summary
 
-_USER_ERRORS = ("ModelNotFoundError", "ModelFormatError", "Ct2FormatError", "ChecksumError", "ConfigError",
-                "LanguageError")  # fmt: skip
+_USER_ERRORS = (*MODEL_ERROR_NAMES, "ConfigError", "LanguageError")
 
 
 class RayRunError(RuntimeError):
