@@ -100,7 +100,9 @@ def test_word_timestamps_into_parquet_equal_a_plain_run(clips: Path, model_cache
     got, want = _records(tmp_path / "ray"), _records(tmp_path / "plain")
     assert got.keys() == want.keys() and [i for i in want if not _same(got[i], want[i])] == []
     words = {i: r["words"] for i, r in got.items()}
-    assert all(words[i] for i in got if got[i].get("error") is None)  # every transcribed clip has its words
+    failed = [i for i in got if got[i].get("error") is not None]
+    assert failed and all(not words[i] for i in failed)  # the corrupt clip's error record
+    assert all(words[i] for i in got if i not in failed)  # every transcribed clip has its words
     assert all(w["start"] <= w["end"] for ws in words.values() for w in ws or [])
 
 
