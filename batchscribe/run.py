@@ -14,43 +14,25 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from batchscribe.audio.sources import SourceItem, SourceOptions, iter_source
+from batchscribe.audio.sources import SourceItem, iter_source
 from batchscribe.audio.sources.fingerprint import canonical_input, fingerprint_of, inputs_listing
-from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
-from batchscribe.output.formats import CORE_FIELDS, FORMATS, OutputFormat
-from batchscribe.output.identity import (
-    ID_SCHEME,
-    check_engine_identity,
-    check_id_scheme,
-    check_run_config,
-    decode_identity,
-    write_run_config,
-)
-from batchscribe.output.lock import OutputLock, lock_output
-from batchscribe.output.resume import (
-    OutputState,
-    inspect_output,
-    output_prefix,
-    remove_records,
-    repair_output,
-    summary_name,
-)
-from batchscribe.output.retry import retry_errors
+from batchscribe.config import ConfigError
+from batchscribe.output.identity import ID_SCHEME, decode_identity
+from batchscribe.output.lock import lock_output
 from batchscribe.output.records import error_record, jsonable, merge_record, now_iso
-from batchscribe.output.writers import ShardWriter, write_summary
-from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, nothing_left_summary, run_summary
+from batchscribe.output.resume import output_prefix, summary_name
+from batchscribe.output.writers import write_summary
+from batchscribe.run_folder import Folder, checked_state, nothing_left, open_sink
+from batchscribe.run_options import RunOptions, RunResult, TooManyErrors  # noqa: F401 (run's API)
+from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, run_summary
 from batchscribe.stops import Terminated, deferred, stop_signals  # noqa: F401 (Terminated: what run() raises)
 from batchscribe.version import __version__
-
-
-class TooManyErrors(RuntimeError):
-    """More item errors than --max-errors; the records written so far are committed."""
 
 
 class TranscriberLike(Protocol):
@@ -69,65 +51,17 @@ class TranscriberLike(Protocol):
     def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]: ...
 
 
-@dataclass(frozen=True)
-class RunOptions:
-    model: str = "tiny.en"
-    engine: EngineOptions = field(default_factory=EngineOptions)  # device, dtype, slots, kernels, graphs
-    cache_dir: Path | None = None
-    decode: DecodeOptions = field(default_factory=DecodeOptions)
-    source: SourceOptions = field(default_factory=SourceOptions)
-    format: OutputFormat = "jsonl"
-    workers: int | None = None  # decode processes; None: the pool's default
-    prefetch: int | None = None  # decoded items queued ahead of the model; None: pool default
-    # Decode in threads (fast: no copy between processes) or processes (a crashing decoder costs
-    # one item). None: threads when the model runs on CUDA, processes on the CPU.
-    decode_threads: bool | None = None
-    # GPU runs with decode threads: decode into pinned memory the engine copies from by DMA, instead
-    # of packing samples (engine/pinned.py; measured faster). None: on there.
-    pinned_arena: bool | None = None
-    max_errors: int | None = None  # stop (exit 1) once errors in the directory exceed this
-    shard_size: int = 1000  # records per shard file
-    commit_seconds: float = 60.0  # a partly filled shard is committed after this long
-    overwrite: bool = False
-    retry_errors: bool = False  # redo the items whose committed record is an error record
-
-    def __post_init__(self) -> None:
-        if self.overwrite and self.retry_errors:
-            raise ConfigError("--overwrite deletes every record, so --retry-errors has nothing to retry; pass one")
-        if self.format not in FORMATS:
-            raise ConfigError(f"format={self.format!r} is not supported; use one of {', '.join(FORMATS)}")
-        if self.max_errors is not None and self.max_errors < 0:
-            raise ConfigError(f"max_errors={self.max_errors} is negative; use a count >= 0")
-        if self.shard_size < 1:
-            raise ConfigError(f"shard_size={self.shard_size} must be >= 1")
-        if self.workers is not None and self.workers < 0:
-            raise ConfigError(f"workers={self.workers} is negative; use 0 (in-process) or more")
-        clash = [c for c in self.source.passthrough if c in CORE_FIELDS]
-        if clash:
-            raise ConfigError(
-                f"passthrough column(s) {', '.join(clash)} would overwrite record fields "
-                f"({', '.join(CORE_FIELDS)}); pass other columns, or rename them in the source"
-            )
-
-
-@dataclass(frozen=True)
-class RunResult:
-    output_dir: Path
-    summary: dict[str, Any]
-    shards: tuple[str, ...]  # shard files committed by this session
-
-
 TranscriberFactory = Callable[[RunOptions], TranscriberLike]
 
 
 def default_transcriber(opts: RunOptions) -> TranscriberLike:
     from batchscribe.api import Transcriber
 
-    _check_item_prompts(opts)
+    check_item_prompts(opts)
     return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
 
 
-def _check_item_prompts(opts: RunOptions) -> None:
+def check_item_prompts(opts: RunOptions) -> None:
     """--prompt-column on a multilingual model needs --language: a usage error before the weights
     load (the engine would otherwise refuse the first prompted item mid-run)."""
     if opts.source.prompt_column is None or opts.decode.language is not None:
@@ -213,17 +147,8 @@ def run(
                 items = pending
             transcriber, load_seconds = _load(opts, plan, transcriber_factory)
             described = jsonable(transcriber.describe())
-            if not opts.overwrite:
-                check_engine_identity(output_dir, described.get("identity"))
-            # Every check has passed: from here on the folder is changed.
-            retried = prepare_folder(state, opts, lock)
-            write_run_config(output_dir, {**config, "engine": described.get("identity"),
-                                          "model_info": described.get("model")}, prefix, listing)  # fmt: skip
-            writer = ShardWriter(output_dir, opts.format, prefix, state.next_index, opts.shard_size,
-                                 opts.commit_seconds, on_commit=state.on_commit,
-                                 words=opts.decode.word_timestamps)  # fmt: skip
-            sink = Sink(writer, state, opts.max_errors, start_wall, estimate_total(inputs, opts.source), progress,
-                        load_seconds, retried, skipped)  # fmt: skip
+            sink = open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
+                             estimate_total(inputs, opts.source), progress, load_seconds, skipped)  # fmt: skip
             summary = _run_pipeline(items, transcriber, sink, opts, plan, lambda status: run_summary(
                 inputs, opts, state, sink, described, start_time, status))
             write_summary(output_dir, summary, summary_name(prefix))
@@ -234,7 +159,7 @@ def run(
             f"field of the failed records and fix those inputs, then rerun with --retry-errors to "
             f"transcribe them again (a plain rerun keeps committed error records and skips them)."
         )
-    return RunResult(output_dir, summary, tuple(writer.committed))
+    return RunResult(output_dir, summary, tuple(sink.writer.committed))
 
 
 def _load(opts: RunOptions, plan: _DecodePlan,
@@ -246,52 +171,6 @@ def _load(opts: RunOptions, plan: _DecodePlan,
         if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
             transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
     return transcriber, time.monotonic() - start
-
-
-def nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
-                  start_time: str) -> RunResult:  # fmt: skip
-    """Every item already has a committed record: the folder is tidied and its summary rewritten,
-    and the model is never loaded (a plain rerun past --max-errors still stops, as any rerun does)."""
-    repair_output(state)
-    path = state.directory / summary_name(state.prefix)
-    try:
-        previous = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    except ValueError:
-        previous = {}  # a torn summary from a killed run: rewritten from the records
-    summary = nothing_left_summary(state, previous, skipped, start_wall, start_time)
-    write_summary(state.directory, summary, summary_name(state.prefix))
-    if opts.max_errors is not None and summary["errors"] > opts.max_errors:
-        raise TooManyErrors(
-            f"{summary['errors']} item errors exceed --max-errors {opts.max_errors} in {state.directory}; "
-            "fix those inputs, then rerun with --retry-errors to transcribe them again."
-        )
-    return RunResult(state.directory, summary, ())
-
-
-def checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
-                   lock: OutputLock, listing: dict[str, str]) -> OutputState:  # fmt: skip
-    """What the writer's folder holds, checked against this run; reads only."""
-    if opts.overwrite:
-        lock.exclusive_folder()  # refused now, not after the model loads, if another writer is live
-        return OutputState(output_dir, prefix, opts.format)
-    state = inspect_output(output_dir, opts.format, prefix)
-    # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
-    check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else (), listing=listing)
-    check_id_scheme(output_dir, state.completed)
-    return state
-
-
-def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:
-    """The first changes to the folder: --overwrite's deletion, or repairs and --retry-errors.
-    Returns how many error records are to be redone."""
-    if opts.overwrite:
-        try:
-            remove_records(state.directory)
-        finally:
-            lock.share_folder()
-        return 0
-    repair_output(state)
-    return retry_errors(state) if opts.retry_errors else 0
 
 
 def _run_pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,

@@ -16,7 +16,7 @@ LAYERS = {
     "model": 3,  # the decoder calls an attention backend
     "engine": 4,
     "output": 5, "eval": 6,
-    "api": 7, "sink": 8, "run": 9, "fleet": 9.2, "ray": 9.3, "cli_text": 9.5, "cli": 10, "__main__": 11, "__init__": 12,
+    "api": 7, "sink": 8, "run_options": 8.4, "run_folder": 8.6, "run": 9, "fleet": 9.2, "ray": 9.3, "cli_text": 9.5, "cli": 10, "__main__": 11, "__init__": 12,
 }  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from batchscribe.audio.sources import SourceError, SourceItem, shard_of
-from batchscribe.audio.sources.columns import audio_value
+from batchscribe.audio.sources.columns import audio_value, prompt_value
 from batchscribe.audio.worker import decode_one
 from batchscribe.config import DecodeOptions, EngineOptions
 from batchscribe.output.formats import jsonl_line
@@ -31,16 +31,20 @@ Batch = Mapping[str, Sequence[Any]]  # Ray Data's "default"/numpy batch: column 
 
 def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio", text_column: str | None = None,
                  passthrough: Sequence[str] = (), skip: frozenset[str] = frozenset(), num_shards: int = 1,
-                 shard_index: int = 0, base_dir: str | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-    """Rows -> `id, samples (float32 bytes) | error, reference, extra (JSON)`. Rows whose id is in
-    `skip` (committed by an earlier run) or in another `--num-shards` part are dropped here, before
-    any decoding. A bad file becomes an error (the plain run's message), never an exception."""
-    missing = [c for c in (id_column, audio_column, text_column, *passthrough) if c is not None and c not in batch]
+                 shard_index: int = 0, base_dir: str | None = None,
+                 prompt_column: str | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+    """Rows -> `id, samples (float32 bytes) | error, reference, extra (JSON), prompt` (the item's
+    initial prompt from `prompt_column`, read as a plain run reads it: blank is none). Rows whose
+    id is in `skip` (committed by an earlier run) or in another `--num-shards` part are dropped
+    here, before any decoding. A bad file becomes an error (the plain run's message), never an
+    exception."""
+    wanted = (id_column, audio_column, text_column, prompt_column, *passthrough)
+    missing = [c for c in wanted if c is not None and c not in batch]
     if missing:
         raise SourceError(f"decode_batch: no column {', '.join(map(repr, missing))} in the rows (columns: "
                           f"{', '.join(batch)}); name the right one with id_column=, audio_column=, text_column= "
                           "or passthrough=, or select it when reading")
-    out: dict[str, list[Any]] = {"id": [], "samples": [], "error": [], "reference": [], "extra": []}
+    out: dict[str, list[Any]] = {"id": [], "samples": [], "error": [], "reference": [], "extra": [], "prompt": []}
     ids, folder = batch[id_column], None if base_dir is None else Path(base_dir)
     for i in range(len(ids)):
         item_id = str(ids[i])
@@ -55,6 +59,7 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
         out["error"].append(None if error is None else f"{item_id}: {error}")  # as the decode pool names it
         out["reference"].append(None if text is None else str(text))
         out["extra"].append(json.dumps({c: jsonable(_plain(batch[c][i])) for c in passthrough}))
+        out["prompt"].append(prompt_value(batch[prompt_column][i]) if prompt_column else None)
     return {k: np.array(v, dtype=object) for k, v in out.items()}
 
 
@@ -97,6 +102,7 @@ class Transcribe:
         # NOTE: Ray may hand a column of Nones back as floats (NaN): only a str is a value here.
         refs = [_str_or_none(v) for v in batch.get("reference", [None] * len(ids))]
         errors = [_str_or_none(v) for v in batch.get("error", [None] * len(ids))]
+        prompts = [_str_or_none(v) for v in batch.get("prompt", [None] * len(ids))]
         records: dict[str, dict[str, Any]] = {}
         todo = []
         for k, item_id in enumerate(ids):
@@ -104,9 +110,10 @@ class Transcribe:
             if not isinstance(samples, (bytes, np.bytes_)):
                 records[item_id] = error_record(item_id, error or "no audio decoded", refs[k], extras[k])
             else:
-                todo.append((item_id, np.frombuffer(samples, dtype=np.float32)))
+                audio = np.frombuffer(samples, dtype=np.float32)
+                todo.append((item_id, audio, prompts[k]) if prompts[k] else (item_id, audio))
         row = {item_id: k for k, item_id in enumerate(ids)}
-        for (item_id, _), future in zip(todo, self.feed.submit(todo)):
+        for (item_id, *_), future in zip(todo, self.feed.submit(todo)):
             k = row[item_id]
             records[item_id] = merge_record(future.result(), refs[k], extras[k])
         done = [records[i] for i in ids]

@@ -14,15 +14,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from batchscribe.config import MODEL_ERROR_NAMES, ConfigError
-from batchscribe.output.identity import check_engine_identity, write_run_config
-from batchscribe.output.lock import OutputLock
-from batchscribe.output.resume import OutputState, ResumeConflictError, summary_name
-from batchscribe.output.writers import ShardWriter, write_summary
-from batchscribe.run import RunOptions, RunResult, TooManyErrors, nothing_left, prepare_folder
+from batchscribe.output.resume import ResumeConflictError, summary_name
+from batchscribe.output.writers import write_summary
+from batchscribe.run_folder import Folder, nothing_left, open_sink
+from batchscribe.run_options import RunOptions, RunResult, TooManyErrors
 from batchscribe.sink import ProgressCallback, Sink, run_summary
 
 _USER_ERRORS = (*MODEL_ERROR_NAMES, "ConfigError", "LanguageError")
@@ -35,12 +33,11 @@ class RayRunError(RuntimeError):
 class Drive:
     """One --ray run's writer: `drive(rows)` commits the rows and returns the run's result."""
 
-    def __init__(self, inputs: Sequence[str], output_dir: Path, opts: RunOptions, ray_info: dict[str, Any],
-                 state: OutputState, lock: OutputLock, config: dict[str, Any], listing: dict[str, str],
+    def __init__(self, inputs: Sequence[str], opts: RunOptions, ray_info: dict[str, Any], folder: Folder,
                  start: tuple[float, str], progress: ProgressCallback | None, total: int | None,
                  skipped: int) -> None:  # fmt: skip
-        self.inputs, self.output_dir, self.opts, self.ray_info = list(inputs), output_dir, opts, ray_info
-        self.state, self.lock, self.config, self.listing = state, lock, config, listing
+        self.inputs, self.opts, self.ray_info, self.folder = list(inputs), opts, ray_info, folder
+        self.state, self.output_dir = folder.state, folder.state.directory
         (self.start_wall, self.start_time), self.progress, self.total = start, progress, total
         self.skipped = skipped
         self.sink: Sink | None = None
@@ -87,19 +84,10 @@ class Drive:
     def _begin(self, described: dict[str, Any]) -> None:
         """The first record: the identity check, then the folder's first changes, then the writer."""
         self.described = described
-        if not self.opts.overwrite:
-            check_engine_identity(self.output_dir, described.get("identity"))
-        retried = prepare_folder(self.state, self.opts, self.lock)
-        write_run_config(self.output_dir, {**self.config, "engine": described.get("identity"),
-                                           "model_info": described.get("model")}, self.state.prefix,
-                         self.listing)  # fmt: skip
-        writer = ShardWriter(self.output_dir, self.opts.format, self.state.prefix, self.state.next_index,
-                             self.opts.shard_size, self.opts.commit_seconds, on_commit=self.state.on_commit,
-                             words=self.opts.decode.word_timestamps)  # fmt: skip
         # Model loading happened in the actors, overlapped with reading and decoding: the time to the
         # first record is this run's start-up.
-        self.sink = Sink(writer, self.state, self.opts.max_errors, self.start_wall, self.total, self.progress,
-                         time.monotonic() - self.start_wall, retried, self.skipped)  # fmt: skip
+        self.sink = open_sink(self.folder, self.opts, described, self.start_wall, self.total, self.progress,
+                              time.monotonic() - self.start_wall, self.skipped)  # fmt: skip
 
     def _write_summary(self, status: str) -> dict[str, Any]:
         assert self.sink is not None

@@ -35,7 +35,9 @@ from batchscribe.output.records import now_iso
 from batchscribe.output.resume import OutputState, output_prefix
 from batchscribe.ray.actor import Transcribe, decode_batch
 from batchscribe.ray.commit import Drive
-from batchscribe.run import RunOptions, RunResult, checked_state, run_config
+from batchscribe.run import check_item_prompts, run_config
+from batchscribe.run_folder import Folder, checked_state
+from batchscribe.run_options import RunOptions, RunResult
 from batchscribe.sink import ProgressCallback, estimate_total
 from batchscribe.stops import stop_signals
 
@@ -130,15 +132,13 @@ def _check_options(opts: RunOptions) -> None:
     if opts.source.limit is not None:
         raise ConfigError("--limit counts items in input order, which Ray's parallel reads do not keep; "
                           "drop --limit (or run without --ray)")
-    if opts.source.prompt_column is not None:  # the decode tasks' rows carry (id, audio) only
-        raise ConfigError(f"--prompt-column {opts.source.prompt_column} is not carried through Ray's decode tasks "
-                          "yet; run without --ray (or give one --initial-prompt for every item)")
 
 
 def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, plan: RayPlan = RayPlan(),
                progress: ProgressCallback | None = None) -> RunResult:  # fmt: skip
     """Like `run.run`, on Ray Data; the same errors, summary and exit paths."""
     _check_options(opts)
+    check_item_prompts(opts)
     output_dir = Path(output_dir)
     start_wall, start_time = time.monotonic(), now_iso()
     source = dataclasses.replace(opts.source, exclude=(os.path.realpath(output_dir),))
@@ -156,7 +156,7 @@ def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, 
         try:
             stages = _Stages(ray, files, cols, opts, plan, skip)
             info = {"address": plan.address or "local", "workers": plan.workers, "gpus_per_worker": stages.gpus}
-            drive = Drive(inputs, output_dir, opts, info, state, lock, config, listing, (start_wall, start_time),
+            drive = Drive(inputs, opts, info, Folder(state, lock, config, listing), (start_wall, start_time),
                           progress, estimate_total(inputs, source), len(skip))  # fmt: skip
             return drive.drive(stages.records())
         finally:
@@ -214,7 +214,7 @@ class _Stages:
             pass
         ds = ds.map_batches(decode_batch, batch_size=DECODE_ROWS, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs={
             "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
-            "passthrough": list(cols.passthrough), "skip": self.skip, "num_shards": src.num_shards,
+            "passthrough": list(cols.passthrough), "prompt_column": cols.prompt, "skip": self.skip, "num_shards": src.num_shards,
             "shard_index": src.shard_index, "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0

@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+# (id, float32 mono 16 kHz samples), or with the item's initial prompt (--prompt-column) third
+Row = tuple[str, np.ndarray] | tuple[str, np.ndarray, str]
+
 
 class Feed:
     """`submit(rows)` -> one future per row, resolved with its record (or the engine's error)."""
@@ -29,25 +32,25 @@ class Feed:
     def __init__(self, transcriber: Any) -> None:
         self.transcriber = transcriber
         self._cond = threading.Condition()
-        self._rows: deque[tuple[str, np.ndarray]] = deque()  # submitted, not yet handed to the engine
+        self._rows: deque[Row] = deque()  # submitted, not yet handed to the engine
         self._waiting: dict[str, Future[dict[str, Any]]] = {}  # id -> its record's future
         self._outstanding = 0  # handed to the engine, record not yet back
         self._failed: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def submit(self, rows: list[tuple[str, np.ndarray]]) -> list[Future[dict[str, Any]]]:
+    def submit(self, rows: list[Row]) -> list[Future[dict[str, Any]]]:
         with self._cond:
             if self._failed is not None:
                 raise RuntimeError(f"this actor's engine failed earlier ({self._failed!r})") from self._failed
-            twice = [item_id for item_id, _ in rows if item_id in self._waiting]
-            if twice or len({item_id for item_id, _ in rows}) < len(rows):
+            twice = [row[0] for row in rows if row[0] in self._waiting]
+            if twice or len({row[0] for row in rows}) < len(rows):
                 raise ValueError(f"ids already being transcribed by this actor: {twice[:5] or 'within this batch'}; "
                                  "each id must reach an actor once at a time")  # fmt: skip
             futures: list[Future[dict[str, Any]]] = []
-            for item_id, audio in rows:
+            for row in rows:
                 future: Future[dict[str, Any]] = Future()
-                self._waiting[item_id] = future
-                self._rows.append((item_id, audio))
+                self._waiting[row[0]] = future
+                self._rows.append(row)
                 futures.append(future)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="batchscribe-actor-engine", daemon=True)
@@ -58,7 +61,7 @@ class Feed:
     def __iter__(self) -> Feed:
         return self
 
-    def __next__(self) -> tuple[str, np.ndarray] | None:
+    def __next__(self) -> Row | None:
         with self._cond:
             while not self._rows:
                 if self._outstanding:

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from batchscribe.audio.pool import decode_stream
-from batchscribe.audio.sources import SourceItem, shard_of
+from batchscribe.audio.sources import SourceError, SourceItem, shard_of
 from batchscribe.config import ConfigError
 from batchscribe.ray.actor import decode_batch
 
@@ -76,6 +76,28 @@ def test_decode_batch_reads_every_cell_form_as_the_plain_runs_sources(tmp_path: 
     np.testing.assert_allclose(np.frombuffer(out["samples"][0], dtype=np.float32), tone, atol=1e-7)
 
 
+def test_decode_batch_carries_each_rows_prompt_as_the_plain_runs_sources_read_it(tmp_path: Path) -> None:
+    """--prompt-column through the decode tasks: each row's prompt is the one a plain run's Parquet
+    source gives that item (null, empty and blank cells: none)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from batchscribe.audio.sources import SourceOptions, iter_source
+
+    ids = ["named", "null", "empty", "blank"]
+    names = ["  Elinor, Marianne Dashwood.  ", None, "", "   "]
+    parquet = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": ids, "audio": [{"bytes": _flac(0.2), "path": None}] * 4, "names": names}), parquet)
+    plain = {i.id: i.prompt for i in iter_source([str(parquet)], SourceOptions(prompt_column="names"))}
+    batch = {c: np.array(v, dtype=object) for c, v in pq.read_table(parquet).to_pydict().items()}
+    out = decode_batch(batch, prompt_column="names")
+    assert dict(zip(out["id"], out["prompt"])) == plain == {"named": "Elinor, Marianne Dashwood.", "null": None,
+                                                             "empty": None, "blank": None}  # fmt: skip
+    assert list(decode_batch(batch)["prompt"]) == [None] * 4  # no prompt column: no prompts
+    with pytest.raises(SourceError, match="no column 'glossary'"):
+        decode_batch(batch, prompt_column="glossary")
+
+
 def test_import_batchscribe_ray_does_not_import_ray() -> None:
     code = "import sys, batchscribe.ray, batchscribe.ray.driver; print('ray' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -99,8 +121,7 @@ def test_ray_refuses_inputs_it_cannot_read_before_anything_is_written(tmp_path: 
     runner = CliRunner()
     cases = [(["run", str(tmp_path / "a.flac"), "--ray", "local"], "--ray reads Parquet inputs"),
              (["run", str(tmp_path), "--ray", "local", "--limit", "3"], "--limit"),
-             (["run", str(tmp_path), "--ray-workers", "2"], "add --ray"),
-             (["run", str(tmp_path), "--ray", "local", "--prompt-column", "names"], "--prompt-column names")]  # fmt: skip
+             (["run", str(tmp_path), "--ray-workers", "2"], "add --ray")]  # fmt: skip
     for args, says in cases:
         result = runner.invoke(app, [*args, "-o", str(tmp_path / "out")], env={"COLUMNS": "300"})
         assert result.exit_code == 2 and says in result.output, result.output

@@ -106,6 +106,35 @@ def test_word_timestamps_into_parquet_equal_a_plain_run(clips: Path, model_cache
     assert all(w["start"] <= w["end"] for ws in words.values() for w in ws or [])
 
 
+def test_a_prompt_column_reaches_each_item_as_in_a_plain_run(rows: Path, model_cache: Path, cluster: str,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    """`--ray --prompt-column`: each row decodes under its own cell's prompt, record for record as
+    the plain run does (tests/engine/test_prompt_column.py checks that one against openai-whisper's
+    prompted decode), and the prompts change texts, so they did reach the actors."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(rows).slice(0, 12)
+    prompts = ["Glossary: Mr. Mc Gregor, Quilty, Miss Hilbert." if k % 3 else None for k in range(12)]
+    prompted = tmp_path / "prompted.parquet"
+    pq.write_table(table.append_column("names", pa.array(prompts, pa.string())), prompted)
+    args = ("--prompt-column", "names")
+    runs = {"plain": command(prompted, tmp_path / "plain", model_cache, "jsonl", 8, 0, *args),
+            "ray": [*command(prompted, tmp_path / "ray", model_cache, "jsonl", 8, 0, *args), "--ray", cluster,
+                    "--ray-workers", "2"],
+            "unprompted": command(prompted, tmp_path / "unprompted", model_cache, "jsonl", 8, 0)}  # fmt: skip
+    for name, cmd in runs.items():
+        done = _run(cmd)
+        assert done.returncode == 0, (name, done.stderr)
+    got, want, bare = (_records(tmp_path / name) for name in runs)
+    assert got.keys() == want.keys() == set(table["id"].to_pylist())
+    assert [i for i in want if not _same(got[i], want[i])] == []
+    changed = [i for i, p in zip(table["id"].to_pylist(), prompts) if p and got[i]["text"] != bare[i]["text"]]
+    assert changed, "no prompt changed a text: the prompts did not reach the actors"
+    config = json.loads((tmp_path / "ray" / "run_config.json").read_text())
+    assert config["source_options"]["prompt_column"] == "names"
+
+
 def _actor_pids() -> list[int]:
     """The transcribing actors' processes (Ray names them by their class in the process title)."""
     pids = []

@@ -119,11 +119,11 @@ def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Pat
         text=str(raw_text) if raw_text is not None else None,
         extra={name: row[name] for name in cols.passthrough},
         origin=origin or derived_id,
-        prompt=_prompt_value(row[cols.prompt]) if cols.prompt is not None else None,
+        prompt=prompt_value(row[cols.prompt]) if cols.prompt is not None else None,
     )
 
 
-def _prompt_value(value: Any) -> str | None:
+def prompt_value(value: Any) -> str | None:
     """A prompt cell: null, empty or blank means no prompt for that item (a column filled only
     where names are known is the common case, not an error)."""
     if value is None:
