@@ -53,7 +53,10 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
     assert calls[:2] == [4, 2] and failing.max_batch == 2 and "aligning at most 2 windows" in caplog.text
     assert len(got) == len(windows)
     for ours, theirs in zip(got, expected):
-        assert ours.token_probs == pytest.approx(theirs.token_probs, abs=1e-6)
+        # On the CPU a batch is padded to its longest window, so halving it changes the GEMMs'
+        # shapes and with them float32 rounding (seen: 3.3e-6 on one probability); the paths must
+        # not change.
+        assert ours.token_probs == pytest.approx(theirs.token_probs, abs=2e-5)
         assert [list(p) for p in ours.path] == [list(p) for p in theirs.path]
 
 
