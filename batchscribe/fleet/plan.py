@@ -93,9 +93,10 @@ def child_workers(workers: int | None, n_children: int, on_cuda: bool, cpus: int
 
 def child_options(opts: RunOptions, child: ChildPlan, n_children: int) -> RunOptions:
     """The child's RunOptions (`opts`: the parent's): its device and part of the ids; --overwrite
-    is done once by the parent before any child starts, so children never delete each other's work."""
+    is done once by the parent before any child starts, so children never delete each other's work.
+    A GPU child sees only its own GPU (CUDA_VISIBLE_DEVICES, set by the supervisor), as cuda:0."""
     source = dataclasses.replace(opts.source, num_shards=child.num_shards, shard_index=child.shard_index)
-    engine = dataclasses.replace(opts.engine, device=child.device)
+    engine = dataclasses.replace(opts.engine, device=child.device if child.cuda_index is None else "cuda:0")
     workers = child_workers(opts.workers, n_children, child.cuda_index is not None)
     return dataclasses.replace(opts, source=source, engine=engine, overwrite=False, workers=workers)
 

@@ -110,8 +110,7 @@ class Supervisor:
         env = dict(os.environ)
         if child.plan.cuda_index is not None:
             # NOTE: one visible GPU per child: no child creates a CUDA context on another's GPU.
-            env["CUDA_VISIBLE_DEVICES"] = str(child.plan.cuda_index)
-            opts = _on_device(opts, "cuda:0")
+            env["CUDA_VISIBLE_DEVICES"] = str(child.plan.cuda_index)  # the child's options say cuda:0
         proc = subprocess.Popen([self.python, "-m", "batchscribe.fleet.child"], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                                 start_new_session=True)  # fmt: skip
@@ -261,12 +260,6 @@ def gpu_devices(spec: str, device: str = "auto") -> list[str]:
 
     available = torch.cuda.device_count() if torch.cuda.is_available() else 0
     return [f"cuda:{k}" for k in parse_gpus(spec, available)]
-
-
-def _on_device(opts: RunOptions, device: str) -> RunOptions:
-    import dataclasses
-
-    return dataclasses.replace(opts, engine=dataclasses.replace(opts.engine, device=device))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:

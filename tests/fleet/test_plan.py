@@ -55,7 +55,8 @@ def test_child_options_set_device_part_and_leave_overwrite_to_the_parent() -> No
     child = plan_children(["cuda:0", "cuda:1"], 2, 1)[1]
     got = child_options(opts, child, 2)
     assert (got.source.num_shards, got.source.shard_index, got.source.limit) == (4, 3, 5)
-    assert got.engine.device == "cuda:1" and got.overwrite is False
+    assert got.engine.device == "cuda:0" and got.overwrite is False  # the one GPU it sees: CUDA_VISIBLE_DEVICES=1
+    assert child_options(opts, plan_children(["cpu", "cpu"])[1], 2).engine.device == "cpu"
 
 
 def test_decode_workers_are_shared_between_gpu_children() -> None:
