@@ -10,12 +10,14 @@ reads it, so the device never waits for the host; finished rows are inert, so th
 a record).
 
 With word timestamps, the windows of a read whose words are timed are judged, their alignment pass
-is queued at once and they wait (`_Aligning`) until the next read, which settles them after the
-pass's copies have landed: their words attached, their items yielded or their next windows queued.
-Always exactly one read later, never "when ready", so the schedule (and every record) is the same
-however fast the device is. NOTE: the pass reads each window's cross K/V from the slot that read
-freed; it is queued before anything that could refill or move that slot (the next admission, a
-compaction), so stream order keeps the slot intact for it.
+is queued at once and they wait (`_Aligning`) until the next collect, which first settles them once
+the pass's copies have landed: their words attached, their items yielded or their next windows
+queued. Always exactly one collect later, never "when ready", so the schedule (and every record) is
+the same however fast the device is, and the device steps the look queued since while the host
+waits and folds. A drain (no slot in use) settles at its end what it sent, so a run cannot end with
+windows pending. NOTE: the pass reads each window's cross K/V from the slot its read freed; it is
+queued before anything that could refill or move that slot (the next admission, a compaction), so
+stream order keeps the slot intact for it.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ class SchedulePolicy:
 
 @dataclass(frozen=True)
 class _Aligning:
-    """Windows of one read whose words are being timed: settled at the next read."""
+    """Windows of one read whose words are being timed: settled by the next collect."""
 
     keys: list[int]
     verdicts: list[Judged]
@@ -76,7 +78,7 @@ class _Run:
     # key -> item with a window queued, in a slot, or being aligned
     live: dict[int, ItemProgress] = field(default_factory=dict)
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
-    aligning: _Aligning | None = None  # the last read's windows whose words are being timed
+    aligning: list[_Aligning] = field(default_factory=list)  # the last collect's, one per read
     next_key: int = 0
 
 
@@ -120,7 +122,7 @@ class Scheduler:
                 # Drain: an aligning window's item may still have a window to queue.
                 yield from self._collect(run, keep=0, drain=True)
                 if run.exhausted and not run.queue:
-                    assert run.aligning is None and not run.live, "a run ended with items unfinished"
+                    assert not run.aligning and not run.live, "a run ended with items unfinished"
                     engine.release_staging()
                     return
                 continue
@@ -201,21 +203,21 @@ class Scheduler:
 
     def _collect(self, run: _Run, keep: int, drain: bool = False) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
-        items that have no audio left, requeue the others' next windows. Each read first settles
-        the windows the read before it sent to the alignment pass; `drain`: settle this call's too."""
+        items that have no audio left, requeue the others' next windows. First settle what the
+        previous collect sent to the alignment pass; `drain`: at the end, what this one sent too."""
         engine = self.engine
+        yield from self._settle_aligned(run)
         while engine.pending_snapshots() > keep:
             with self._timed("wait_snapshot"):
                 snap = engine.wait_snapshot()  # on the GPU: the look before the newest is done
-            yield from self._settle_aligned(run)
             with self._timed("collect"):
                 finished = engine.finished(snap)
             t0 = time.perf_counter()
             verdicts = [self.windows.judge(run.live[res.key], res) for res in finished]
             self.timings["finish"] += time.perf_counter() - t0
-            aligning = self._align(run, finished, verdicts)  # timed as "align"
+            timed = self._align(run, finished, verdicts)  # timed as "align"
             yield from self._settle(run, [(res.key, v, None) for k, (res, v) in enumerate(zip(finished, verdicts))
-                                          if k not in aligning])  # fmt: skip
+                                          if k not in timed])  # fmt: skip
         if drain:
             yield from self._settle_aligned(run)
 
@@ -239,23 +241,22 @@ class Scheduler:
     def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> set[int]:
         """With word timestamps: queue one alignment pass over every window of this read whose
         segments get words, now (their slots were just freed, nothing is queued behind them yet),
-        and keep them in `run.aligning` for the next read (an item's next seek is its last word's
-        end, so its next window waits too). Returns the indices of the windows kept."""
+        and keep them in `run.aligning` for the next collect (an item's next seek is its last
+        word's end, so its next window waits too). Returns the indices of the windows kept."""
         requests = [self.windows.align_request(run.live[res.key], v, res.slot) for res, v in zip(finished, verdicts)]
         wanted = [k for k, r in enumerate(requests) if r is not None]
         if wanted:
-            assert run.aligning is None, "the previous read's alignments were not settled"
             with self._timed("align"):
                 words = self.engine.submit_alignment([requests[k] for k in wanted])
-            run.aligning = _Aligning([finished[k].key for k in wanted], [verdicts[k] for k in wanted], words)
+            run.aligning.append(_Aligning([finished[k].key for k in wanted], [verdicts[k] for k in wanted], words))
             self.timings["aligned_windows"] += len(wanted)
         return set(wanted)
 
     def _settle_aligned(self, run: _Run) -> Iterator[Transcript]:
-        """Settle the windows sent to the alignment pass at the previous read, waiting for it."""
-        aligning, run.aligning = run.aligning, None
-        if aligning is None:
-            return
-        with self._timed("align_wait"):  # on CUDA: the pass's copies; then the paths unpacked
-            alignments = aligning.words.result()
-        yield from self._settle(run, list(zip(aligning.keys, aligning.verdicts, alignments)))
+        """Settle the windows sent to the alignment pass since the last settling, in the order they
+        were read, each pass waited for (on CUDA: its copies' event)."""
+        pending, run.aligning = run.aligning, []
+        for aligning in pending:
+            with self._timed("align_wait"):  # the wait, then the paths unpacked
+                alignments = aligning.words.result()
+            yield from self._settle(run, list(zip(aligning.keys, aligning.verdicts, alignments)))

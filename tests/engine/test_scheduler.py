@@ -150,11 +150,11 @@ def _without_probabilities(record: dict) -> dict:
 
 
 @pytest.mark.parametrize("check_every,lag", [(1, 0), (3, 1)])
-def test_words_settled_one_read_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
-                                                                lag) -> None:  # fmt: skip
+def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
+                                                                   lag) -> None:  # fmt: skip
     """With word timestamps the scheduler queues a read's alignment pass and settles its windows at
-    the next read (or when it drains). Records equal the reference's, which times each window's
-    words before anything else happens: the long-form items' next windows start at their last
+    the next collect (or at the end of a drain). Records equal the reference's, which times each
+    window's words before anything else happens: the long-form items' next windows start at their last
     word's end, so a window queued before its words were settled would seek elsewhere, a pass
     reading a slot that an admission had refilled would time other audio, and an alignment left
     pending at the run's end would lose its item."""
@@ -165,25 +165,25 @@ def test_words_settled_one_read_later_equal_timing_them_at_once(transcriber, ite
     monkeypatch.setattr(slots, "rows_in_use", lambda: slots.n_slots if rows_in_use() else 0)
     expected, moved = _one_window_at_a_time(sched, items)
 
-    reads, spans = [0], []  # per settled pass: snapshot reads between its submit and its result
-    wait, submit = engine.wait_snapshot, engine.submit_alignment
+    collects, spans = [0], []  # per settled pass: collects begun between its submit and its result
+    collect, submit = sched._collect, engine.submit_alignment
 
-    def counted_wait():
-        reads[0] += 1
-        return wait()
+    def counted_collect(*args, **kwargs):
+        collects[0] += 1
+        return collect(*args, **kwargs)
 
     def watched_submit(windows):
-        pending, at = submit(windows), reads[0]
+        pending, at = submit(windows), collects[0]
         result = pending.result
 
         def watched_result():
-            spans.append((reads[0] - at, slots.slots_in_use() == 0))  # no slot in use: a drain
+            spans.append((collects[0] - at, slots.slots_in_use() == 0))  # no slot in use: a drain
             return result()
 
         pending.result = watched_result
         return pending
 
-    monkeypatch.setattr(engine, "wait_snapshot", counted_wait)
+    monkeypatch.setattr(sched, "_collect", counted_collect)
     monkeypatch.setattr(engine, "submit_alignment", watched_submit)
     got = sorted(records(sched, items, check_every=check_every, lag=lag), key=lambda r: r["id"])
 
@@ -193,7 +193,8 @@ def test_words_settled_one_read_later_equal_timing_them_at_once(transcriber, ite
     theirs = [w["probability"] for r in expected for s in r["segments"] for w in s["words"]]
     assert ours == pytest.approx(theirs, abs=1e-5)
     # What the mix exercised: long-form items seeking at their last word (openai's rule), words
-    # in every segment with text, and passes settled one read later, or in a drain, never later.
+    # in every segment with text, and passes settled one collect later, or at the end of the
+    # drain that sent them, never later.
     seeks = {r["id"]: sorted({s["seek"] for s in r["segments"]}) for r in got}
     assert all(len(seeks[k]) >= 2 for k in ("e1", "e3", "book")) and moved >= 1
     assert all(s["words"] for r in got for s in r["segments"] if s["text"].strip())
