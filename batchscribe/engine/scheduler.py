@@ -14,10 +14,11 @@ is queued at once and they wait (`_Aligning`) until the next collect, which firs
 the pass's copies have landed: their words attached, their items yielded or their next windows
 queued. Always exactly one collect later, never "when ready", so the schedule (and every record) is
 the same however fast the device is, and the device steps the look queued since while the host
-waits and folds. A drain (no slot in use) settles at its end what it sent, so a run cannot end with
-windows pending. NOTE: the pass reads each window's cross K/V from the slot its read freed; it is
-queued before anything that could refill or move that slot (the next admission, a compaction), so
-stream order keeps the slot intact for it.
+waits and folds. The loop ends only after a collect with no slot in use: it settles what is
+pending and, every window having been read already, sends nothing new, so none is left pending.
+NOTE: the pass reads each window's cross K/V from the slot its read freed; it is queued before
+anything that could refill or move that slot (the next admission, a compaction), so stream order
+keeps the slot intact for it.
 """
 
 from __future__ import annotations
@@ -119,8 +120,8 @@ class Scheduler:
             if admitted:
                 n_rows = engine.slots.rows_in_use()
             if n_rows == 0:  # every slot is free, so queued snapshots hold no finished window
-                # Drain: an aligning window's item may still have a window to queue.
-                yield from self._collect(run, keep=0, drain=True)
+                # This collect also settles the windows being aligned: their items may queue windows.
+                yield from self._collect(run, keep=0)
                 if run.exhausted and not run.queue:
                     assert not run.aligning and not run.live, "a run ended with items unfinished"
                     engine.release_staging()
@@ -201,10 +202,10 @@ class Scheduler:
         self.timings["steps"] += policy.check_every
         self.timings["row_steps"] += n_rows * policy.check_every
 
-    def _collect(self, run: _Run, keep: int, drain: bool = False) -> Iterator[Transcript]:
+    def _collect(self, run: _Run, keep: int) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
         items that have no audio left, requeue the others' next windows. First settle what the
-        previous collect sent to the alignment pass; `drain`: at the end, what this one sent too."""
+        previous collect sent to the alignment pass; what this one sends waits for the next."""
         engine = self.engine
         yield from self._settle_aligned(run)
         while engine.pending_snapshots() > keep:
@@ -218,8 +219,6 @@ class Scheduler:
             timed = self._align(run, finished, verdicts)  # timed as "align"
             yield from self._settle(run, [(res.key, v, None) for k, (res, v) in enumerate(zip(finished, verdicts))
                                           if k not in timed])  # fmt: skip
-        if drain:
-            yield from self._settle_aligned(run)
 
     def _settle(self, run: _Run, judged: list[tuple[int, Judged, Alignment | None]]) -> Iterator[Transcript]:
         """Apply judged windows (key, verdict, alignment) to their items: yield the items that

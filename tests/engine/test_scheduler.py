@@ -153,11 +153,11 @@ def _without_probabilities(record: dict) -> dict:
 def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
                                                                    lag) -> None:  # fmt: skip
     """With word timestamps the scheduler queues a read's alignment pass and settles its windows at
-    the next collect (or at the end of a drain). Records equal the reference's, which times each
-    window's words before anything else happens: the long-form items' next windows start at their last
-    word's end, so a window queued before its words were settled would seek elsewhere, a pass
-    reading a slot that an admission had refilled would time other audio, and an alignment left
-    pending at the run's end would lose its item."""
+    the next collect (the last one included: no slot in use). Records equal the reference's, which
+    times each window's words before anything else happens: the long-form items' next windows start
+    at their last word's end, so a window queued before its words were settled would seek
+    elsewhere, a pass reading a slot that an admission had refilled would time other audio, and an
+    alignment left pending at the run's end would lose its item."""
     options = replace(FALLBACK, word_timestamps=True)
     sched = transcriber.build_scheduler(options, replace(transcriber.config, n_slots=3, kv_buckets=(448,)))
     slots, engine = sched.engine.slots, sched.engine
@@ -165,7 +165,7 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
     monkeypatch.setattr(slots, "rows_in_use", lambda: slots.n_slots if rows_in_use() else 0)
     expected, moved = _one_window_at_a_time(sched, items)
 
-    collects, spans = [0], []  # per settled pass: collects begun between its submit and its result
+    collects, spans, submitted = [0], [], []  # spans: per settled pass, collects begun since its submit
     collect, submit = sched._collect, engine.submit_alignment
 
     def counted_collect(*args, **kwargs):
@@ -174,10 +174,11 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
 
     def watched_submit(windows):
         pending, at = submit(windows), collects[0]
+        submitted.append(len(windows))
         result = pending.result
 
         def watched_result():
-            spans.append((collects[0] - at, slots.slots_in_use() == 0))  # no slot in use: a drain
+            spans.append(collects[0] - at)
             return result()
 
         pending.result = watched_result
@@ -193,13 +194,12 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
     theirs = [w["probability"] for r in expected for s in r["segments"] for w in s["words"]]
     assert ours == pytest.approx(theirs, abs=1e-5)
     # What the mix exercised: long-form items seeking at their last word (openai's rule), words
-    # in every segment with text, and passes settled one collect later, or at the end of the
-    # drain that sent them, never later.
+    # in every segment with text, and every pass settled exactly one collect later.
     seeks = {r["id"]: sorted({s["seek"] for s in r["segments"]}) for r in got}
     assert all(len(seeks[k]) >= 2 for k in ("e1", "e3", "book")) and moved >= 1
     assert all(s["words"] for r in got for s in r["segments"] if s["text"].strip())
-    assert spans and all(span == 1 or (span == 0 and drained) for span, drained in spans)
-    assert sum(span == 1 for span, _ in spans) > len(spans) // 2
+    assert spans and set(spans) == {1} and len(spans) == len(submitted)
+    assert sum(submitted) == sched.timings["aligned_windows"]
     assert engine.pending_snapshots() == 0 and not slots.slots_in_use()
 
 
