@@ -17,6 +17,12 @@ grouped by the bucket of their own length (a kernel's result for one row can dep
 size, so a window's words would otherwise change with which windows finished beside it). With CUDA
 graphs each bucket's whole pass, DTW included, is captured the second time it is needed (the first
 runs eagerly, its warm-up) and replayed: one launch, one copy in and three back per batch.
+
+The pass is split so that the host need not wait for it: `submit` queues every batch (its input
+from a pinned buffer of its own, its outputs' copies into pinned host buffers of their own right
+behind its replay, since a bucket's graph outputs are rewritten by its next replay, then an event)
+and returns a `PendingAlignment`; `result()` waits on the events and unpacks. On the CPU `submit`
+computes at once and `result()` only unpacks.
 """
 
 from __future__ import annotations
@@ -56,9 +62,48 @@ class Alignment:
     token_probs: list[float]  # P(text token k | the tokens before it), teacher-forced
 
 
+@dataclass(frozen=True)
+class _Queued:
+    """One batch's results on their way to the host (pinned buffers on CUDA that copies queued
+    behind its pass fill; on the CPU the results themselves) and what they are read with."""
+
+    text_lengths: tuple[int, ...]  # per real window of the batch (the first rows)
+    probs: torch.Tensor  # [B', T] float32, host
+    path: tuple[torch.Tensor, torch.Tensor] | list  # ([2, B', steps], [B']) int32 on the host, or host paths
+    ready: torch.cuda.Event | None  # recorded after the copies (CUDA); None: already on the host
+    packed: torch.Tensor  # the batch's input [B', 4 + L] on the host: kept until its copy in has run
+
+    def alignments(self) -> list[Alignment]:
+        """The batch's windows' alignments, once the copies have landed (waits for them)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        n = len(self.text_lengths)
+        if isinstance(self.path, list):
+            paths = self.path
+        else:  # padding rows are left packed: only the real windows' paths are cut out
+            paths = dtw_device.unpack(self.path[0][:, :n].numpy(), self.path[1][:n].numpy())
+        probs = self.probs[:n].numpy()
+        return [Alignment(paths[b], probs[b, :t].tolist()) for b, t in enumerate(self.text_lengths)]
+
+
+class PendingAlignment:
+    """An alignment pass queued by `Aligner.submit`; `result()` waits for it (only on CUDA) and
+    gives one Alignment per submitted window, in order."""
+
+    def __init__(self, n_windows: int, batches: list[tuple[list[int], _Queued]]):  # (window indices, batch)
+        self.n_windows, self.batches = n_windows, batches
+
+    def result(self) -> list[Alignment]:
+        out: list[Alignment | None] = [None] * self.n_windows
+        for part, batch in self.batches:
+            for k, alignment in zip(part, batch.alignments()):
+                out[k] = alignment
+        return out  # type: ignore[return-value]
+
+
 class Aligner:
-    """Times words on the engine's model and decoder cache; `__call__` takes any number of windows
-    and runs them `max_batch` at a time (on CUDA, per token bucket)."""
+    """Times words on the engine's model and decoder cache; `submit` takes any number of windows
+    and queues them `max_batch` at a time (on CUDA, per token bucket)."""
 
     def __init__(self, model: Whisper, cache: DecoderCache, heads: Sequence[tuple[int, int]],  # (layer, head)
                  eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False):  # fmt: skip
@@ -67,7 +112,7 @@ class Aligner:
         self.eot, self.no_timestamps = eot, no_timestamps
         self.dtype = next(model.parameters()).dtype
         self.device = cache.cross_k[0].device
-        self.fixed = self.device.type == "cuda"
+        self.fixed = self.device.type == "cuda"  # fixed batch shapes, pinned host buffers, events
         n_ctx, n_audio = model.dims.n_text_ctx, model.dims.n_audio_ctx
         self.lengths = tuple(sorted({n for n in LENGTHS if n < n_ctx} | {n_ctx}))
         # The heads' float32 scores [B, heads, n_ctx, n_audio] stay under ~1 GiB.
@@ -84,18 +129,26 @@ class Aligner:
         dtw_device.warm_up(self.device)
         self([AlignWindow(0, (), (0,), 100)])
 
-    @torch.no_grad()
     def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
-        out: list[Alignment | None] = [None] * len(windows)
+        """The pass over `windows`, waited for."""
+        return self.submit(windows).result()
+
+    @torch.no_grad()
+    def submit(self, windows: Sequence[AlignWindow]) -> PendingAlignment:
+        """Queue the pass over `windows` (on CUDA nothing here waits for the device, but a bucket's
+        first capture). Their slots must hold their cross K/V as of the work queued so far; work
+        queued after this call (an admission, a compaction) may rewrite them: stream order."""
+        batches: list[tuple[list[int], _Queued]] = []
         for length, todo in self._groups(windows).items():
             done = 0
             while done < len(todo):
                 part = todo[done : done + self.max_batch]
                 try:
-                    found = self._batch([windows[k] for k in part], length)
+                    batches.append((part, self._batch([windows[k] for k in part], length)))
                 except torch.OutOfMemoryError:
                     # The slots were sized before this pass allocated: batch fewer windows (its
                     # shape is then smaller for the rest of the run) rather than lose the run.
+                    # Batches already queued keep their own buffers; their copies are queued.
                     if self.max_batch == 1:
                         raise
                     self.max_batch //= 2
@@ -105,10 +158,8 @@ class Aligner:
                     if self.fixed:
                         torch.cuda.empty_cache()
                     continue
-                for k, alignment in zip(part, found):
-                    out[k] = alignment
                 done += len(part)
-        return out  # type: ignore[return-value]
+        return PendingAlignment(len(windows), batches)
 
     def _groups(self, windows: Sequence[AlignWindow]) -> dict[int, list[int]]:
         """Window indices by the sequence length their batch is padded to: on CUDA the bucket of
@@ -121,14 +172,9 @@ class Aligner:
             groups.setdefault(next(b for b in self.lengths if b >= n), []).append(k)
         return groups
 
-    def _batch(self, windows: Sequence[AlignWindow], length: int) -> list[Alignment]:
-        rows = self.max_batch if self.fixed else len(windows)
-        packed = torch.full((rows, _FIELDS + length), self.eot, dtype=torch.long)  # [B', 4 + L]
-        packed[:, :_FIELDS] = torch.tensor([0, 0, 1, 1])  # padding rows: slot 0, one token, one frame
-        for b, w in enumerate(windows):
-            seq = [*w.prefix, self.no_timestamps, *w.text_tokens, self.eot]
-            packed[b, :_FIELDS] = torch.tensor([w.slot, len(w.prefix), len(w.text_tokens), w.num_frames // 2])
-            packed[b, _FIELDS : _FIELDS + len(seq)] = torch.tensor(seq)
+    def _batch(self, windows: Sequence[AlignWindow], length: int) -> _Queued:
+        """Queue one batch's pass and its copies back (on the CPU: compute it)."""
+        packed = self._pack(windows, length)  # [B', 4 + L] long, host
         if self.fixed:
             size = (length, self.model.dims.n_audio_ctx)
         else:  # the CPU computes only what its windows cover
@@ -137,20 +183,37 @@ class Aligner:
             probs, path = self.graphs.run(packed, size)
         else:
             self._seen.add(length)
-            probs, path = self._forward(packed.to(self.device), size)
-        if isinstance(path, list):  # the host DTW (no Triton kernel on this device)
-            paths, probs = path, probs.cpu()
-        else:
-            rows_cols, counts = torch.stack(path[:2]).cpu(), path[2].cpu()  # [2, B', steps], [B']
-            probs = probs.cpu()
-            paths = dtw_device.unpack(rows_cols.numpy(), counts.numpy())
-        return [Alignment(paths[b], probs[b, : len(w.text_tokens)].tolist()) for b, w in enumerate(windows)]
+            probs, path = self._forward(packed.to(self.device, non_blocking=True), size)
+        # NOTE: a replay's outputs are its bucket's static buffers, rewritten by the next replay of
+        # that bucket: these copies are queued before it, so stream order keeps them intact.
+        if not isinstance(path, list):  # the device DTW: ([2, B', steps], [B']) int32
+            path = tuple(_to_host(t) for t in path)
+        probs = _to_host(probs)  # [B', T] float32
+        ready = None
+        if self.fixed:
+            ready = torch.cuda.Event()
+            ready.record()
+        return _Queued(tuple(len(w.text_tokens) for w in windows), probs, path, ready, packed)
+
+    def _pack(self, windows: Sequence[AlignWindow], length: int) -> torch.Tensor:
+        """The batch's input table [B', 4 + L] long on the host (pinned on CUDA, the batch's own:
+        the copy in is queued, not done): slot, prefix length, text length, frames, then the
+        token row `prefix + <|notimestamps|> + text + <|endoftext|>` padded with <|endoftext|>."""
+        rows = self.max_batch if self.fixed else len(windows)
+        table = np.full((rows, _FIELDS + length), self.eot, dtype=np.int64)
+        table[:, :_FIELDS] = (0, 0, 1, 1)  # padding rows: slot 0, one token, one frame
+        for b, w in enumerate(windows):
+            seq = (*w.prefix, self.no_timestamps, *w.text_tokens, self.eot)
+            table[b, :_FIELDS] = (w.slot, len(w.prefix), len(w.text_tokens), w.num_frames // 2)
+            table[b, _FIELDS : _FIELDS + len(seq)] = seq
+        packed = torch.from_numpy(table)
+        return packed.pin_memory() if self.fixed else packed
 
     def _forward(self, packed: torch.Tensor, size: tuple[int, int]):
         """packed [B, 4 + L] long on the device (slot, prefix length, text length, frames, then the
         token row) -> per window the probability of each text token [B, T] float32 (T = size[0] - 1
         rows from the first text token) and the DTW path through -matrix rows from
-        <|notimestamps|>: device tensors (rows, cols [B, steps] int32, counts [B] int32) where the
+        <|notimestamps|>: device tensors (rows and cols [2, B, steps] int32, counts [B] int32) where the
         kernel runs, else host paths. Only queues work where the kernel runs (graph-capturable)."""
         slots, n_prefix, n_text, frames = packed[:, :_FIELDS].unbind(1)
         tokens = packed[:, _FIELDS:]  # [B, L]
@@ -201,3 +264,11 @@ class Aligner:
             x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
         return dec.layer_norm(x), torch.stack([picked[h] for h in self.heads], dim=1)
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """`t` on the host: from CUDA a copy queued into a pinned buffer of its own (valid once an event
+    recorded after it has completed); a host tensor as it is (the CPU's results are fresh)."""
+    if t.device.type == "cpu":
+        return t
+    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)

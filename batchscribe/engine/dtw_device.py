@@ -91,8 +91,8 @@ def paths(cost: torch.Tensor, shapes: list[tuple[int, int]]) -> list[tuple[np.nd
     if not on_device(skewed.device):
         trace = dtw.fill(skewed.cpu().numpy())
         return [dtw.backtrace(trace[b], n, m) for b, (n, m) in enumerate(shapes)]
-    rows, cols, counts = launch(skewed, torch.tensor(shapes, dtype=torch.int32).to(skewed.device))
-    return unpack(torch.stack([rows, cols]).cpu().numpy(), counts.cpu().numpy())  # one transfer each
+    both, counts = launch(skewed, torch.tensor(shapes, dtype=torch.int32).to(skewed.device))
+    return unpack(both.cpu().numpy(), counts.cpu().numpy())  # one transfer each
 
 
 def on_device(device: torch.device) -> bool:
@@ -100,10 +100,11 @@ def on_device(device: torch.device) -> bool:
     return triton is not None and (device.type == "cuda" or _interpreted())
 
 
-def launch(skewed: torch.Tensor, shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def launch(skewed: torch.Tensor, shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The kernel over skew's output [B, D, W] for windows of `shapes` [B, 2] int32 (on the same
-    device): each path last step first, rows and columns [B, D - 1] int32, and its length [B] int32.
-    Only queues work (no host transfer), so a CUDA graph can hold it."""
+    device): each path last step first, rows and columns in one tensor [2, B, D - 1] int32 (one
+    copy to the host), and its length [B] int32. Only queues work (no host transfer), so a CUDA
+    graph can hold it."""
     batch, diagonals, width = skewed.shape
     dev = skewed.device
     shapes = shapes.contiguous()  # read by flat index (a column of a wider table would not be)
@@ -111,12 +112,12 @@ def launch(skewed: torch.Tensor, shapes: torch.Tensor) -> tuple[torch.Tensor, to
     total[:, 0, 0] = 0.0
     trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=dev)
     steps = diagonals - 1  # a path has at most N + M steps
-    rows, cols = (torch.empty(batch, steps, dtype=torch.int32, device=dev) for _ in range(2))
+    both = torch.empty(2, batch, steps, dtype=torch.int32, device=dev)  # rows, cols: each a contiguous [B, steps]
     counts = torch.empty(batch, dtype=torch.int32, device=dev)
     block = lanes(width - 1)
-    _dtw[(batch,)](skewed, total, trace, shapes, rows, cols, counts, diagonals, width, steps,
+    _dtw[(batch,)](skewed, total, trace, shapes, both[0], both[1], counts, diagonals, width, steps,
                    BLOCK=block, num_warps=max(1, min(8, block // 32)))  # fmt: skip
-    return rows, cols, counts
+    return both, counts
 
 
 def unpack(both: np.ndarray, counts: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 import torch
 
 from batchscribe.attention.registry import build_backend
-from batchscribe.engine.alignment import Aligner, Alignment, AlignWindow
+from batchscribe.engine.alignment import Aligner, AlignWindow, PendingAlignment
 from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena
@@ -161,11 +161,13 @@ class Engine:
         cache with them); returns the rows now in use."""
         return self.slots.compact(self.cache.tensors())
 
-    def align(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
-        """The alignment pass over finished windows, before any admission refills their slots."""
+    def submit_alignment(self, windows: Sequence[AlignWindow]) -> PendingAlignment:
+        """Queue the alignment pass over finished windows. Call it before any admission or
+        compaction is queued after the snapshot they were read from: those may refill their slots,
+        and only stream order keeps the pass's reads of the slots' cross K/V ahead of them."""
         if self.aligner is None:
-            raise AssertionError("align() on an engine built without alignment heads")
-        return self.aligner(windows)
+            raise AssertionError("submit_alignment() on an engine built without alignment heads")
+        return self.aligner.submit(windows)
 
     def pending_snapshots(self) -> int:
         return len(self.snapshots.pending)

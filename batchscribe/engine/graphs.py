@@ -203,25 +203,25 @@ def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
 class PassGraphs:
     """A pass over one packed input row per window (the alignment pass: engine/alignment.py),
     captured per row length, over one static input each, into one memory pool (replays never
-    overlap). `forward(packed [B, fields + L] long on the device, size)` only queues work."""
+    overlap). `forward(packed [B, fields + L] long on the device, size)` only queues work.
+
+    NOTE: a length's static input and outputs are rewritten by its next replay. The caller queues
+    its copies of the outputs right behind each replay, so stream order keeps them ahead of it."""
 
     def __init__(self, forward: Callable, device: torch.device, fields: int):
         self.forward, self.device, self.fields = forward, device, fields
         self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, tuple]] = {}
         self.pool = None
-        self.host: dict[int, torch.Tensor] = {}  # pinned copies of the inputs
 
     def run(self, packed: torch.Tensor, size: tuple[int, int]):
-        """The pass over `packed` (host, [B, fields + L]) by replay, capturing its length first."""
+        """The pass over `packed` ([B, fields + L] long on the host, pinned: the batch's own buffer,
+        kept by the caller until the copy has run) by replay, capturing its length first; only
+        queues work after the first capture. Returns the static outputs."""
         length = packed.shape[1]
         if length not in self.captured:
             self._capture(packed.to(self.device), size)
         graph, static, out = self.captured[length]
-        if length not in self.host:
-            self.host[length] = torch.empty_like(packed).pin_memory()
-        host = self.host[length]
-        host.copy_(packed)  # NOTE: the previous batch synced at its copy back, so the buffer is free
-        static.copy_(host, non_blocking=True)
+        static.copy_(packed, non_blocking=True)  # behind the previous replay of this length, which read it
         graph.replay()
         return out
 
@@ -236,5 +236,4 @@ class PassGraphs:
 
     def clear(self) -> None:
         self.captured.clear()
-        self.host.clear()
         self.pool = None

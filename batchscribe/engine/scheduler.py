@@ -8,6 +8,17 @@ postprocess: pull items and admit a group, launch one look of steps, then fold i
 finished in the look `lag` turns back (on the GPU the newest steps are still queued when the host
 reads it, so the device never waits for the host; finished rows are inert, so the lag never changes
 a record).
+
+With word timestamps, the windows of a read whose words are timed are judged, their alignment pass
+is queued at once and they wait (`_Aligning`) until the next collect, which first settles them once
+the pass's copies have landed: their words attached, their items yielded or their next windows
+queued. Always exactly one collect later, never "when ready", so the schedule (and every record) is
+the same however fast the device is, and the device steps the look queued since while the host
+waits and folds. The loop ends only after a collect with no slot in use: it settles what is
+pending and, every window having been read already, sends nothing new, so none is left pending.
+NOTE: the pass reads each window's cross K/V from the slot its read freed; it is queued before
+anything that could refill or move that slot (the next admission, a compaction), so stream order
+keeps the slot intact for it.
 """
 
 from __future__ import annotations
@@ -21,7 +32,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from batchscribe.engine.alignment import Alignment
+from batchscribe.engine.alignment import Alignment, PendingAlignment
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.requests import FinishedWindow
 from batchscribe.engine.windows import ItemProgress, Judged, WindowPlanner
@@ -50,14 +61,25 @@ class SchedulePolicy:
                    looks_before_admission=2 if engine.graphs is not None else 0)  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Aligning:
+    """Windows of one read whose words are being timed: settled by the next collect."""
+
+    keys: list[int]
+    verdicts: list[Judged]
+    words: PendingAlignment  # one alignment per key, in order
+
+
 @dataclass
 class _Run:
     """One stream's bookkeeping."""
 
     source: Iterator[tuple | None]  # (id, audio) or (id, audio, prompt); None: nothing ready yet
     exhausted: bool = False
-    live: dict[int, ItemProgress] = field(default_factory=dict)  # key -> item with a window queued or in a slot
+    # key -> item with a window queued, in a slot, or being aligned
+    live: dict[int, ItemProgress] = field(default_factory=dict)
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
+    aligning: list[_Aligning] = field(default_factory=list)  # the last collect's, one per read
     next_key: int = 0
 
 
@@ -98,8 +120,10 @@ class Scheduler:
             if admitted:
                 n_rows = engine.slots.rows_in_use()
             if n_rows == 0:  # every slot is free, so queued snapshots hold no finished window
+                # This collect also settles the windows being aligned: their items may queue windows.
                 yield from self._collect(run, keep=0)
                 if run.exhausted and not run.queue:
+                    assert not run.aligning and not run.live, "a run ended with items unfinished"
                     engine.release_staging()
                     return
                 continue
@@ -180,8 +204,10 @@ class Scheduler:
 
     def _collect(self, run: _Run, keep: int) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
-        items that have no audio left, requeue the others' next windows."""
-        engine, clock = self.engine, self.timings
+        items that have no audio left, requeue the others' next windows. First settle what the
+        previous collect sent to the alignment pass; what this one sends waits for the next."""
+        engine = self.engine
+        yield from self._settle_aligned(run)
         while engine.pending_snapshots() > keep:
             with self._timed("wait_snapshot"):
                 snap = engine.wait_snapshot()  # on the GPU: the look before the newest is done
@@ -189,31 +215,47 @@ class Scheduler:
                 finished = engine.finished(snap)
             t0 = time.perf_counter()
             verdicts = [self.windows.judge(run.live[res.key], res) for res in finished]
-            clock["finish"] += time.perf_counter() - t0
-            alignments = self._align(run, finished, verdicts)  # timed as "align"
-            t0 = time.perf_counter()
-            for res, verdict, alignment in zip(finished, verdicts, alignments):
-                item = run.live[res.key]
-                if not self.windows.settle(item, verdict, alignment):
-                    run.queue.append(res.key)
-                    continue
-                del run.live[res.key]
-                transcript = self.windows.transcript(item)
-                self.marks["last_record"] = time.perf_counter()
-                clock["finish"] += self.marks["last_record"] - t0
-                yield transcript
-                t0 = time.perf_counter()
-            clock["finish"] += time.perf_counter() - t0
+            self.timings["finish"] += time.perf_counter() - t0
+            timed = self._align(run, finished, verdicts)  # timed as "align"
+            yield from self._settle(run, [(res.key, v, None) for k, (res, v) in enumerate(zip(finished, verdicts))
+                                          if k not in timed])  # fmt: skip
 
-    def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> list[Alignment | None]:
-        """With word timestamps: one batched alignment pass over every window of this look whose
-        segments get words (an item's next seek depends on them, so it runs before the requeue)."""
+    def _settle(self, run: _Run, judged: list[tuple[int, Judged, Alignment | None]]) -> Iterator[Transcript]:
+        """Apply judged windows (key, verdict, alignment) to their items: yield the items that
+        have no audio left, requeue the others' next windows."""
+        clock, t0 = self.timings, time.perf_counter()
+        for key, verdict, alignment in judged:
+            item = run.live[key]
+            if not self.windows.settle(item, verdict, alignment):
+                run.queue.append(key)
+                continue
+            del run.live[key]
+            transcript = self.windows.transcript(item)
+            self.marks["last_record"] = time.perf_counter()
+            clock["finish"] += self.marks["last_record"] - t0
+            yield transcript
+            t0 = time.perf_counter()
+        clock["finish"] += time.perf_counter() - t0
+
+    def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> set[int]:
+        """With word timestamps: queue one alignment pass over every window of this read whose
+        segments get words, now (their slots were just freed, nothing is queued behind them yet),
+        and keep them in `run.aligning` for the next collect (an item's next seek is its last
+        word's end, so its next window waits too). Returns the indices of the windows kept."""
         requests = [self.windows.align_request(run.live[res.key], v, res.slot) for res, v in zip(finished, verdicts)]
         wanted = [k for k, r in enumerate(requests) if r is not None]
-        out: list[Alignment | None] = [None] * len(requests)
         if wanted:
             with self._timed("align"):
-                for k, alignment in zip(wanted, self.engine.align([requests[k] for k in wanted])):
-                    out[k] = alignment
+                words = self.engine.submit_alignment([requests[k] for k in wanted])
+            run.aligning.append(_Aligning([finished[k].key for k in wanted], [verdicts[k] for k in wanted], words))
             self.timings["aligned_windows"] += len(wanted)
-        return out
+        return set(wanted)
+
+    def _settle_aligned(self, run: _Run) -> Iterator[Transcript]:
+        """Settle the windows sent to the alignment pass since the last settling, in the order they
+        were read, each pass waited for (on CUDA: its copies' event)."""
+        pending, run.aligning = run.aligning, []
+        for aligning in pending:
+            with self._timed("align_wait"):  # the wait, then the paths unpacked
+                alignments = aligning.words.result()
+            yield from self._settle(run, list(zip(aligning.keys, aligning.verdicts, alignments)))

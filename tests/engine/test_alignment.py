@@ -64,8 +64,10 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
 @needs_cuda
 def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_en_dir, utterances) -> None:
     """The CUDA pass at its fixed shapes: a window's path and probabilities do not depend on the
-    windows batched with it, graph replay equals the eager first run of a bucket, and the paths
-    equal the CPU pass's for nearly every window (the dtype differs: fp16 or bf16 there)."""
+    windows batched with it, graph replay equals the eager first run of a bucket, also with several
+    passes queued before any is read (each batch's copies queued behind its own replay, before the
+    next replay of its bucket rewrites the graph's outputs), and the paths equal the CPU pass's for
+    nearly every window (the dtype differs: fp16 or bf16 there)."""
     from batchscribe.api import Transcriber
     from tests.engine.helpers import aligner_over
 
@@ -76,7 +78,9 @@ def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_
     graphed = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, graphs=True)
     together = eager(windows)
     alone = [eager([w])[0] for w in windows]
-    runs = [graphed(windows) for _ in range(3)]  # eager (the bucket's first use), capture + replay, replay
+    runs = [graphed(windows)]  # eager: the buckets' first use
+    queued = [graphed.submit(windows) for _ in range(3)]  # capture + replay, then replays; none read yet
+    runs += [pending.result() for pending in reversed(queued)]
     assert graphed.graphs is not None and graphed.graphs.captured
     reference = aligner_over(cpu.model, audios, tok.eot, tok.no_timestamps, max_batch=8)(windows)
     same_as_cpu = 0

@@ -117,6 +117,92 @@ def test_a_source_with_nothing_ready_yet_changes_no_record(transcriber, items, m
     assert any(asked)  # "nothing ready" did come while windows were in flight
 
 
+def _one_window_at_a_time(sched, items) -> tuple[list[dict], int]:
+    """The reference for word timestamps: each item alone, one window at a time in slot 0, every
+    step read at once, the window's words timed synchronously by the engine's Aligner before the
+    item's next window is requested (openai transcribe()'s order; no scheduler). Also returns how
+    many next windows the words moved (a seek at the last word's end, not at the last timestamp)."""
+    engine, planner = sched.engine, sched.windows
+    out, moved = [], 0
+    for item_id, audio in items:
+        item = planner.start(item_id, audio)
+        while not item.done:
+            engine.admit([planner.request(0, item)], [0])
+            finished = []
+            while not finished:
+                engine.advance(engine.slots.rows_in_use(), 1)
+                finished = engine.finished(engine.wait_snapshot())
+            (res,) = finished
+            judged = planner.judge(item, res)
+            request = planner.align_request(item, judged, res.slot)
+            planner.settle(item, judged, None if request is None else engine.aligner([request])[0])
+            moved += not item.done and judged.split is not None and item.seek != judged.split.seek
+        out.append(transcript_record(planner.transcript(item)))
+    return sorted(out, key=lambda r: r["id"]), moved
+
+
+def _without_probabilities(record: dict) -> dict:
+    """A record less the fields that sum floats in a batch-shaped order (word probabilities from
+    the alignment pass's batch, avg_logprob): compared apart, within a tolerance."""
+    segments = [{**s, "avg_logprob": None, "words": [{**w, "probability": None} for w in s["words"]]}
+                for s in record["segments"]]  # fmt: skip
+    return {**record, "segments": segments}
+
+
+@pytest.mark.parametrize("check_every,lag", [(1, 0), (3, 1)])
+def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
+                                                                   lag) -> None:  # fmt: skip
+    """With word timestamps the scheduler queues a read's alignment pass and settles its windows at
+    the next collect (the last one included: no slot in use). Records equal the reference's, which
+    times each window's words before anything else happens: the long-form items' next windows start
+    at their last word's end, so a window queued before its words were settled would seek
+    elsewhere, a pass reading a slot that an admission had refilled would time other audio, and an
+    alignment left pending at the run's end would lose its item."""
+    options = replace(FALLBACK, word_timestamps=True)
+    sched = transcriber.build_scheduler(options, replace(transcriber.config, n_slots=3, kv_buckets=(448,)))
+    slots, engine = sched.engine.slots, sched.engine
+    rows_in_use = slots.rows_in_use  # a fixed row count, as in _run: float sums alike in both paths
+    monkeypatch.setattr(slots, "rows_in_use", lambda: slots.n_slots if rows_in_use() else 0)
+    expected, moved = _one_window_at_a_time(sched, items)
+
+    collects, spans, submitted = [0], [], []  # spans: per settled pass, collects begun since its submit
+    collect, submit = sched._collect, engine.submit_alignment
+
+    def counted_collect(*args, **kwargs):
+        collects[0] += 1
+        return collect(*args, **kwargs)
+
+    def watched_submit(windows):
+        pending, at = submit(windows), collects[0]
+        submitted.append(len(windows))
+        result = pending.result
+
+        def watched_result():
+            spans.append(collects[0] - at)
+            return result()
+
+        pending.result = watched_result
+        return pending
+
+    monkeypatch.setattr(sched, "_collect", counted_collect)
+    monkeypatch.setattr(engine, "submit_alignment", watched_submit)
+    got = sorted(records(sched, items, check_every=check_every, lag=lag), key=lambda r: r["id"])
+
+    assert [r["id"] for r in got] == [r["id"] for r in expected] == sorted(i for i, _ in items)
+    assert [_without_probabilities(r) for r in got] == [_without_probabilities(r) for r in expected]
+    ours = [w["probability"] for r in got for s in r["segments"] for w in s["words"]]
+    theirs = [w["probability"] for r in expected for s in r["segments"] for w in s["words"]]
+    assert ours == pytest.approx(theirs, abs=1e-5)
+    # What the mix exercised: long-form items seeking at their last word (openai's rule), words
+    # in every segment with text, and every pass settled exactly one collect later.
+    seeks = {r["id"]: sorted({s["seek"] for s in r["segments"]}) for r in got}
+    assert all(len(seeks[k]) >= 2 for k in ("e1", "e3", "book")) and moved >= 1
+    assert all(s["words"] for r in got for s in r["segments"] if s["text"].strip())
+    assert spans and set(spans) == {1} and len(spans) == len(submitted)
+    assert sum(submitted) == sched.timings["aligned_windows"]
+    assert engine.pending_snapshots() == 0 and not slots.slots_in_use()
+
+
 def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:
     """Windows admitted into different slots, in groups, at different times decode identically."""
     pytest.importorskip("openai.types.audio")
