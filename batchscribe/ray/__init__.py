@@ -14,13 +14,20 @@ A complete example (runs as it is on a laptop; on a cluster, `ray.init("auto")`)
 
     ray.init()
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+    rows = 128 if gpus else 4  # rows per actor call
     ds = ray.data.read_parquet("data/test-*.parquet").select_columns(["id", "audio", "text"])
+    # One block per actor call: Ray Data hands a task's rows on only when its whole block is done,
+    # and a Parquet row group (thousands of rows) would be one block on one actor.
+    ds = ds.repartition(target_num_rows_per_block=rows)
     # CPU tasks: encoded audio ({bytes, path} structs, bytes or paths) -> 16 kHz float32 samples
-    ds = ds.map_batches(decode_batch, batch_size=16, num_cpus=0.25, fn_kwargs={"text_column": "text"})
+    ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=0.25, fn_kwargs={"text_column": "text"})
     # One engine per actor, the model loaded once per actor: one GPU each, or half a CPU each on
     # a CPU-only machine (whole CPUs for every actor would leave none for the read and decode tasks).
-    ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en"}, batch_size=256 if gpus else 32,
-                        num_gpus=gpus, num_cpus=1 if gpus else 0.5, concurrency=2)
+    # Two calls at once feed the actor's one engine stream, so it never drains between calls.
+    pool = ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
+                                      enable_true_multi_threading=True)
+    ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en"}, batch_size=rows, compute=pool,
+                        num_gpus=gpus, num_cpus=1 if gpus else 0.5)
     for row in ds.iter_rows():  # id, text, error (None when ok), record (the verbose_json record)
         record = json.loads(row["record"])
         print(row["id"], record["duration"], row["text"] if row["error"] is None else row["error"])

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from batchscribe.audio.sources import SourceError, SourceItem, shard_of
 from batchscribe.audio.sources.columns import audio_value, prompt_value
@@ -63,6 +64,15 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
     return {k: np.array(v, dtype=object) for k, v in out.items()}
 
 
+def keep_rows(batch: pa.Table, id_column: str = "id", skip: frozenset[str] = frozenset(), num_shards: int = 1,
+              shard_index: int = 0) -> pa.Table:  # fmt: skip
+    """The rows still to do, before they are cut into actor calls: ids not in `skip` (committed by
+    an earlier run) and in this `--num-shards` part. Arrow in, Arrow out: nothing is decoded."""
+    ids = batch.column(id_column).cast(pa.string()).to_pylist()
+    keep = [i not in skip and (num_shards == 1 or shard_of(i, num_shards) == shard_index) for i in ids]
+    return batch if all(keep) else batch.filter(pa.array(keep, pa.bool_()))
+
+
 def _str_or_none(value: Any) -> str | None:
     return str(value) if isinstance(value, (str, np.str_)) else None
 
@@ -77,9 +87,9 @@ class Transcribe:
     The constructor (run once per actor) loads `api.Transcriber(model, **options)`; each call
     adds its batch to the actor's one engine stream (ray/feed.py) and returns one record per row.
     Calls may run at once (`compute=ActorPoolStrategy(size=N, max_concurrent_calls_per_actor=2,
-    enable_true_multi_threading=True)`, as `batchscribe run --ray` asks for GPU actors): the next
-    batch then fills the slots while this one's last windows finish, instead of the engine draining
-    at the end of every call.
+    enable_true_multi_threading=True)`, as `batchscribe run --ray` asks): the next batch then fills
+    the slots while this one's last windows finish, instead of the engine draining at the end of
+    every call.
     `describe=True` adds a `describe` column (the engine's resolved identity, as JSON), which the
     `batchscribe run --ray` driver checks against the folder before committing anything.
     """

@@ -33,7 +33,7 @@ from batchscribe.config import ConfigError
 from batchscribe.output.lock import lock_output
 from batchscribe.output.records import now_iso
 from batchscribe.output.resume import OutputState, output_prefix
-from batchscribe.ray.actor import Transcribe, decode_batch
+from batchscribe.ray.actor import Transcribe, decode_batch, keep_rows
 from batchscribe.ray.commit import Drive
 from batchscribe.run import check_item_prompts, run_config
 from batchscribe.run_folder import Folder, checked_state
@@ -47,7 +47,7 @@ INSTALL = "pip install 'batchscribe[ray]'"
 # waits forever (measured: 2 actors of 0.75 on 2 CPUs hang; of 0.5 they run). Ray sets an actor's
 # OMP threads from its share (at least 1), so torch does not oversubscribe.
 DECODE_CPUS, CPU_ACTOR_CPUS, GPU_ACTOR_CPUS = 0.25, 0.5, 1.0
-DECODE_ROWS = 16  # rows per decode task: a few MB of encoded audio
+GPU_SLOTS, CPU_SLOTS = 128, 16  # an actor's engine slots unless --batch-size says
 
 
 @dataclass(frozen=True)
@@ -206,25 +206,27 @@ class _Stages:
         except TypeError:  # a Ray without concurrency= on its reads
             ds = data.read_parquet(self.files, ray_remote_args={"num_cpus": DECODE_CPUS})
         ds = ds.select_columns(cols.needed)
-        try:
-            # A Parquet row group is one block, and one block feeds one actor: cut them small
-            # (streaming, no shuffle) so every actor has work. Ray before 2.4x lacks it.
-            ds = ds.repartition(target_num_rows_per_block=DECODE_ROWS)
-        except TypeError:
-            pass
-        ds = ds.map_batches(decode_batch, batch_size=DECODE_ROWS, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs={
-            "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
-            "passthrough": list(cols.passthrough), "prompt_column": cols.prompt, "skip": self.skip, "num_shards": src.num_shards,
-            "shard_index": src.shard_index, "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
+        if self.skip or src.num_shards > 1:  # before the rows are cut into calls, so every call is whole
+            ds = ds.map_batches(keep_rows, batch_format="pyarrow", batch_size=None, num_cpus=DECODE_CPUS,
+                                concurrency=tasks, fn_kwargs={"id_column": cols.id, "skip": self.skip,
+                                                              "num_shards": src.num_shards,
+                                                              "shard_index": src.shard_index})  # fmt: skip
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
-        slots = engine.batch_size or (128 if self.gpus else 16)
-        # Rows per actor call: a slot's worth. On a GPU two calls run at once on an actor's one engine
-        # stream, so its slots stay full; fewer rows spread a small input over every actor (on the
-        # CPU, at 40 rows, 2 x slots gave one actor 32 rows and the other 8: benchmarks/ray_overhead.py).
-        rows = slots
+        rows = rows_per_call(self.gpus, engine.batch_size)
+        try:
+            # One block, one actor call: Ray Data returns a task's records only when its whole input
+            # block is done, and a Parquet row group is one block (thousands of rows, on one actor).
+            # Streaming, no shuffle. Ray before 2.4x lacks it.
+            ds = ds.repartition(target_num_rows_per_block=rows)
+        except TypeError:
+            pass
+        ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs={
+            "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
+            "passthrough": list(cols.passthrough), "prompt_column": cols.prompt,
+            "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
         ds = ds.map_batches(
-            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers, self.gpus), num_gpus=self.gpus,
+            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers), num_gpus=self.gpus,
             num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True,
@@ -236,16 +238,20 @@ class _Stages:
         return GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS
 
 
-def _actor_pool(data: Any, workers: int, gpus: int) -> Any:
-    """On a GPU, two calls at once on each actor, so the engine never drains between batches
-    (ray/feed.py): a GPU step costs about the same with few rows as with many, so a draining tail
-    wastes most of it. On the CPU a step's cost falls with its rows and one call at a time spreads
-    a small input better (with two at once, the first actor ready took most of 40 rows: +20 %,
-    benchmarks/ray_overhead.py). A Ray without these arguments runs one at a time."""
-    if not gpus:
-        return data.ActorPoolStrategy(size=workers)
+def rows_per_call(gpus: int, batch_size: int | None) -> int:
+    """Rows per actor call (and per decode task). Two calls run at once on an actor's one engine
+    stream (ray/feed.py): on a GPU a call is the slots' worth, so the next call's rows fill slots
+    while this one's last windows finish; on the CPU a quarter of them, so a small input still
+    spreads evenly over the actors and records reach the driver as calls end."""
+    slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
+    return slots if gpus else max(1, slots // 4)
+
+
+def _actor_pool(data: Any, workers: int) -> Any:
+    """Two calls at once on each actor, so its engine never drains between calls (ray/feed.py),
+    and no more queued: a task queued on a busy actor waits while another may stand idle. A Ray
+    without these arguments runs one call at a time."""
     try:
-        # No more in flight than run at once: queued tasks would go to whichever actor was ready first.
         return data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
                                       enable_true_multi_threading=True)  # fmt: skip
     except TypeError:

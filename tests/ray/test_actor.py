@@ -50,6 +50,24 @@ def test_decode_batch_keeps_this_part_drops_committed_and_decodes_as_run_does() 
             np.testing.assert_array_equal(samples, expected)
 
 
+def test_keep_rows_drops_committed_ids_and_other_parts_without_decoding() -> None:
+    """The filter before the rows are cut into calls: what decode_batch keeps (its own skip and
+    --num-shards rules), on Arrow rows, the audio untouched."""
+    import pyarrow as pa
+
+    from batchscribe.ray.actor import keep_rows
+
+    ids = [f"utt{k}" for k in range(12)]
+    table = pa.table({"id": ids, "audio": [{"bytes": bytes([k]), "path": None} for k in range(12)]})
+    kept = keep_rows(table, skip=frozenset({"utt0", "utt5"}), num_shards=2, shard_index=1)
+    batch = {"id": np.array(ids, dtype=object), "audio": np.array(table["audio"].to_pylist(), dtype=object)}
+    decoded = decode_batch(batch, skip=frozenset({"utt0", "utt5"}), num_shards=2, shard_index=1)
+    assert kept["id"].to_pylist() == list(decoded["id"]) == [i for i in ids if i not in ("utt0", "utt5")
+                                                               and shard_of(i, 2) == 1]  # fmt: skip
+    assert kept["audio"].to_pylist() == [a for i, a in zip(ids, table["audio"].to_pylist()) if i in kept["id"].to_pylist()]
+    assert keep_rows(table) is table  # nothing to drop: the same rows
+
+
 def test_decode_batch_reads_every_cell_form_as_the_plain_runs_sources(tmp_path: Path) -> None:
     """Decoded arrays (`datasets` with Audio decoding on), paths relative to the input's folder and
     raw bytes: the samples the plain run's Parquet source and decode pool give for the same rows."""

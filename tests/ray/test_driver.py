@@ -6,7 +6,15 @@ from typing import Any
 
 import pytest
 
-from batchscribe.ray.driver import CPU_ACTOR_CPUS, GPU_ACTOR_CPUS, _actor_pool, decode_tasks
+from batchscribe.ray.driver import (
+    CPU_ACTOR_CPUS,
+    CPU_SLOTS,
+    GPU_ACTOR_CPUS,
+    GPU_SLOTS,
+    _actor_pool,
+    decode_tasks,
+    rows_per_call,
+)
 
 
 @pytest.mark.parametrize(("cpus", "actor_cpus", "workers"), [(16, GPU_ACTOR_CPUS, 1), (2, CPU_ACTOR_CPUS, 2),
@@ -18,13 +26,18 @@ def test_decode_tasks_use_the_cpus_the_actors_leave(cpus: int, actor_cpus: float
     assert tasks == 2 or tasks <= left < tasks + 1  # else every CPU the actors leave, and no more
 
 
-def test_each_gpu_actor_runs_two_calls_at_once_and_queues_no_more() -> None:
+def test_each_actor_runs_two_calls_at_once_and_queues_no_more() -> None:
     data = pytest.importorskip("ray.data", reason="the ray extra is not installed")
-    pool = _actor_pool(data, 3, gpus=1)
+    pool = _actor_pool(data, 3)
     assert (pool.min_size, pool.max_size) == (3, 3)
     assert pool.max_concurrent_calls_per_actor == 2 and pool.max_tasks_in_flight_per_actor == 2
-    cpu = _actor_pool(data, 2, gpus=0)
-    assert (cpu.min_size, cpu.max_size, cpu.max_concurrent_calls_per_actor) == (2, 2, None)  # one at a time
+
+
+@pytest.mark.parametrize(("gpus", "batch_size", "rows"), [(1, None, GPU_SLOTS), (1, 64, 64), (0, None, CPU_SLOTS // 4),
+                                                          (0, 4, 1), (0, 2, 1)])  # fmt: skip
+def test_rows_per_call_fill_the_slots_on_a_gpu_and_spread_small_inputs_on_the_cpu(gpus: int, batch_size: int | None,
+                                                                                  rows: int) -> None:  # fmt: skip
+    assert rows_per_call(gpus, batch_size) == rows
 
 
 def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
@@ -33,5 +46,5 @@ def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
             def __init__(self, *, size: int) -> None:  # Ray before max_concurrent_calls_per_actor
                 self.size = size
 
-    pool: Any = _actor_pool(OldRay, 2, gpus=1)
+    pool: Any = _actor_pool(OldRay, 2)
     assert pool.size == 2
