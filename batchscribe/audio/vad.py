@@ -1,5 +1,7 @@
 """Voice activity: which stretches of an item hold speech (`--vad`), as faster-whisper's batched
-pipeline finds them: Silero VAD's speech timestamps, merged into chunks of at most 30 s.
+pipeline finds them: Silero VAD's speech timestamps, merged into chunks of at most 30 s. Silero's
+probabilities are computed for a batch of items at once (`SpeechDetector.detect`), and its
+`get_speech_timestamps` rules applied to each item on the host (`vad_spans`).
 
 As there, the silence is cut out (between chunks and within them: a window spanning 20 s of silence
 lets Whisper's timestamps drift across it), the speech is joined, each chunk is a clip that no
@@ -10,11 +12,15 @@ is imported only when a detector is built.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from batchscribe.audio.vad_spans import CHUNK, SpanRules, speech_spans
 from batchscribe.config import require_vad
 from batchscribe.constants import SAMPLE_RATE
 
@@ -22,6 +28,8 @@ MAX_CHUNK_SECONDS = 30.0  # one Whisper window
 # faster-whisper BatchedInferencePipeline's VAD settings: chunks up to a window, 160 ms of silence
 # splits speech, 400 ms of padding keeps word onsets and tails.
 MIN_SILENCE_MS, SPEECH_PAD_MS, THRESHOLD = 160, 400, 0.5
+RULES = SpanRules.silero(threshold=THRESHOLD, max_speech_s=MAX_CHUNK_SECONDS, min_silence_ms=MIN_SILENCE_MS,
+                         speech_pad_ms=SPEECH_PAD_MS, rate=SAMPLE_RATE)  # fmt: skip
 
 
 def merge_spans(spans: list[tuple[int, int]], max_samples: int) -> list[tuple[int, int]]:
@@ -71,30 +79,74 @@ def join_speech(audio: np.ndarray, spans: list[tuple[int, int]], chunks: list[tu
     return out, clips, SpeechMap(joined / rate, starts / rate, lengths / rate)
 
 
+@dataclass(frozen=True)
+class Speech:
+    """An item's speech: (start, end) sample spans, padded and merged where they overlap, and the
+    chunks they form (merge_spans); `error`: why detection failed (then both are empty)."""
+
+    spans: tuple[tuple[int, int], ...]
+    chunks: tuple[tuple[int, int], ...]
+    error: str | None = None
+
+
+def _item_speech(probs: np.ndarray, n_samples: int) -> Speech:
+    """One item's probabilities ([ceil(n_samples / 512)] float32) -> its Speech."""
+    if not np.isfinite(probs).all():
+        return Speech((), (), "voice activity detection (--vad) found non-finite speech probabilities: "
+                              "the audio holds NaN or infinite samples; pass finite samples in [-1, 1]")  # fmt: skip
+    spans: list[tuple[int, int]] = []
+    for s, e in speech_spans(probs, n_samples, RULES):
+        e = min(e, n_samples)
+        if spans and s <= spans[-1][1]:  # padding made them overlap: one span
+            spans[-1] = (spans[-1][0], max(e, spans[-1][1]))
+        elif e > s:
+            spans.append((s, e))
+    return Speech(tuple(spans), tuple(merge_spans(spans, int(MAX_CHUNK_SECONDS * SAMPLE_RATE))))
+
+
 class SpeechDetector:
-    """Silero VAD, loaded once (its model ships in the wheel); one lock: the model keeps state."""
+    """Silero VAD, loaded once (its model ships in the wheel) on `device`, scoring several items
+    in one batch: rows of the model's batch keep their own state, so an item's probabilities do
+    not depend on the others (up to float rounding: tests/audio/test_vad.py). One lock: the model
+    object holds that state between its chunk steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | Any = "cpu") -> None:
         require_vad()
-        from silero_vad import get_speech_timestamps, load_silero_vad
+        import torch
+        from silero_vad import load_silero_vad
 
-        self._model, self._timestamps, self._lock = load_silero_vad(), get_speech_timestamps, threading.Lock()
+        self.device = torch.device(device)
+        self._model = load_silero_vad().to(self.device)
+        self._lock = threading.Lock()
+        # On CUDA its own stream, so the engine's work on the default stream does not wait for it.
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
 
-    def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The item's speech spans and their chunks (at most 30 s each, see merge_spans), as
-        (start, end) samples; padded spans that overlap are joined into one."""
+    def probabilities(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each item's speech probability per 512-sample chunk ([ceil(n / 512)] float32, host), as
+        get_speech_timestamps scores it: a last partial chunk zero-padded, state from zero."""
         import torch
 
-        with self._lock, torch.inference_mode():
-            found = self._timestamps(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)), self._model,
-                                     threshold=THRESHOLD, sampling_rate=SAMPLE_RATE,
-                                     min_silence_duration_ms=MIN_SILENCE_MS, speech_pad_ms=SPEECH_PAD_MS,
-                                     max_speech_duration_s=MAX_CHUNK_SECONDS)  # fmt: skip
-        spans: list[tuple[int, int]] = []
-        for t in found:
-            s, e = int(t["start"]), min(int(t["end"]), len(audio))
-            if spans and s <= spans[-1][1]:
-                spans[-1] = (spans[-1][0], max(e, spans[-1][1]))
-            elif e > s:
-                spans.append((s, e))
-        return spans, merge_spans(spans, int(MAX_CHUNK_SECONDS * SAMPLE_RATE))
+        if not audios:
+            return []
+        longest = max(len(a) for a in audios)
+        batch = np.zeros((len(audios), max(CHUNK, -(-longest // CHUNK) * CHUNK)), dtype=np.float32)  # [B, T]
+        for row, audio in zip(batch, audios):
+            row[: len(audio)] = audio  # the zeros after an item's end only follow its own chunks
+        stream = contextlib.nullcontext() if self._stream is None else torch.cuda.stream(self._stream)
+        with self._lock, stream, torch.inference_mode():
+            x = torch.from_numpy(batch).to(self.device)  # [B, T]
+            probs = self._model.audio_forward(x, SAMPLE_RATE).numpy()  # [B, T / 512], on the host
+        return [probs[k, : -(-len(a) // CHUNK)] for k, a in enumerate(audios)]
+
+    def detect(self, audios: Sequence[np.ndarray]) -> list[Speech]:
+        """Every item's Speech, scored in one batch (an item with non-finite probabilities gets an
+        error; the others are unaffected: rows are independent)."""
+        return [_item_speech(p, len(a)) for p, a in zip(self.probabilities(audios), audios)]
+
+    def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """One item's speech spans and their chunks (at most 30 s each, see merge_spans), as
+        (start, end) samples; padded spans that overlap are joined into one. ValueError: `error`."""
+        found = self.detect([audio])[0]
+        if found.error is not None:
+            raise ValueError(found.error)
+        return list(found.spans), list(found.chunks)
