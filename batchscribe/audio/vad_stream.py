@@ -193,6 +193,8 @@ class SpeechStage:
         fails gets an error (as the decode pool isolates a crashing item)."""
         try:
             found = self._detector.detect([entry[1] for entry in batch])
+            if len(found) != len(batch):  # never drop an item silently
+                raise RuntimeError(f"the detector returned {len(found)} results for {len(batch)} items")
         except Exception as exc:
             if len(batch) == 1:
                 return [_failed(exc)]
