@@ -104,6 +104,18 @@ def _item_speech(probs: np.ndarray, n_samples: int) -> Speech:
     return Speech(tuple(spans), tuple(merge_spans(spans, int(MAX_CHUNK_SECONDS * SAMPLE_RATE))))
 
 
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Item indices for each call of the model, longest first: a call takes items down to half its
+    longest, so padding at most doubles an item's steps (the model steps every row to the end)."""
+    groups: list[list[int]] = []
+    for k in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
+        if groups and 2 * lengths[k] >= lengths[groups[-1][0]]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
 class SpeechDetector:
     """Silero VAD, loaded once (its model ships in the wheel) on `device`, scoring several items
     in one batch: rows of the model's batch keep their own state, so an item's probabilities do
@@ -123,7 +135,8 @@ class SpeechDetector:
 
     def probabilities(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Each item's speech probability per 512-sample chunk ([ceil(n / 512)] float32, host), as
-        get_speech_timestamps scores it: a last partial chunk zero-padded, state from zero."""
+        get_speech_timestamps scores it (a last partial chunk zero-padded, state from zero), in one
+        call of the model over the items padded to the longest."""
         import torch
 
         if not audios:
@@ -139,9 +152,14 @@ class SpeechDetector:
         return [probs[k, : -(-len(a) // CHUNK)] for k, a in enumerate(audios)]
 
     def detect(self, audios: Sequence[np.ndarray]) -> list[Speech]:
-        """Every item's Speech, scored in one batch (an item with non-finite probabilities gets an
-        error; the others are unaffected: rows are independent)."""
-        return [_item_speech(p, len(a)) for p, a in zip(self.probabilities(audios), audios)]
+        """Every item's Speech, in order, scored in one call of the model per `length_groups` group
+        (an item with non-finite probabilities gets an error; the others are unaffected: rows are
+        independent)."""
+        found: list[Speech] = [Speech((), ())] * len(audios)
+        for group in length_groups([len(a) for a in audios]):
+            for k, probs in zip(group, self.probabilities([audios[k] for k in group])):
+                found[k] = _item_speech(probs, len(audios[k]))
+        return found
 
     def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         """One item's speech spans and their chunks (at most 30 s each, see merge_spans), as

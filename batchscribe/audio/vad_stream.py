@@ -35,23 +35,21 @@ IDLE_SECONDS = 0.005  # between asks of a live source that had nothing ready (ra
 
 @dataclass(frozen=True)
 class VadBatching:
-    """How many items one call of the model scores: at most `max_items`, and at most
-    `max_seconds` of padded audio (items x the longest: the model steps every row to its end)."""
+    """How many items the stage hands the detector at once: at most `max_items`, and at most
+    `max_seconds` of audio (the detector cuts them into calls of similar lengths)."""
 
     max_items: int = 64
     max_seconds: float = 1800.0
 
     def full(self, lengths: list[int]) -> bool:
-        """True when items of these sample counts are a whole batch (one more would not fit)."""
-        return len(lengths) >= self.max_items or len(lengths) * max(lengths, default=0) >= self.max_seconds * SAMPLE_RATE
+        """True when items of these sample counts are a whole batch."""
+        return len(lengths) >= self.max_items or sum(lengths) >= self.max_seconds * SAMPLE_RATE
 
     def take(self, lengths: list[int]) -> int:
         """How many of the leading items form the next batch (at least one)."""
-        n, longest = 1, lengths[0] if lengths else 0
-        while n < min(len(lengths), self.max_items):
-            longest = max(longest, lengths[n])
-            if (n + 1) * longest > self.max_seconds * SAMPLE_RATE:
-                break
+        n, total = 1, lengths[0] if lengths else 0
+        while n < min(len(lengths), self.max_items) and total + lengths[n] <= self.max_seconds * SAMPLE_RATE:
+            total += lengths[n]
             n += 1
         return n
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from batchscribe.audio.vad import MAX_CHUNK_SECONDS, MIN_SILENCE_MS, RULES, SPEECH_PAD_MS, THRESHOLD, merge_spans
+from batchscribe.audio.vad import (MAX_CHUNK_SECONDS, MIN_SILENCE_MS, RULES, SPEECH_PAD_MS, THRESHOLD, length_groups,
+                                   merge_spans)
 from batchscribe.audio.vad_spans import speech_spans
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None,
@@ -118,3 +119,10 @@ def test_empty_and_short_items_are_silero_spans(detector, items, reference) -> N
         assert speech.error is None and list(speech.spans) == _as_before(_silero(x), len(x))
     assert list(found[-1].spans) == _as_before(reference[item_id], len(audio))
     assert detector.detect([]) == []
+
+
+def test_detect_scores_items_of_like_length_together_and_keeps_their_order(detector, items, reference) -> None:
+    assert length_groups([10, 300, 160, 0, 149, 75, 80]) == [[1, 2], [4, 6, 5], [0], [3]]
+    batch = [items[k] for k in (3, 8, 1, 9, 4)]  # 53 s and 60 s of long-form, three LibriSpeech rows
+    for (item_id, audio), speech in zip(batch, detector.detect([a for _, a in batch])):
+        assert speech.error is None and list(speech.spans) == _as_before(reference[item_id], len(audio)), item_id
