@@ -1,6 +1,8 @@
 """--vad's detector alone: silero-vad's get_speech_timestamps item by item (what --vad ran before)
-against batchscribe's batched path (SpeechDetector.detect on batches cut by VadBatching, the rules
-on the host), over the long-form files and, with --librispeech N, N LibriSpeech rows.
+against batchscribe's batched paths (SpeechDetector on batches cut by VadBatching, the rules on
+the host), stepwise (the model's audio_forward over rows) and sequence (encoder over all chunks,
+LSTM over sequences; the default), over the long-form files and, with --librispeech N, N
+LibriSpeech rows.
 
     python benchmarks/vad_speed.py [--batch-sizes 1,2,4,8,64] [--librispeech 256] [--repeat 2] [--append]
 
@@ -122,12 +124,13 @@ def main() -> None:
     print(f"{len(items)} items, {audio_s:,.0f} s of audio; {hardware()}, {os.cpu_count()} cores, commit {commit()}")
     wall, reference = best_of(lambda: per_item(items), args.repeat)
     rows = [("silero get_speech_timestamps, per item", wall, audio_s, len(items))]
-    detector = SpeechDetector()
-    for size in [int(s) for s in args.batch_sizes.split(",")]:
-        batching = VadBatching(max_items=size)
-        wall, (spans, padded) = best_of(lambda: batched(detector, items, batching), args.repeat)
-        same = sum(a == b for a, b in zip(spans, reference))
-        rows.append((f"batched, max_items {size}", wall, padded / 16000, same))
+    for name, detector in (("stepwise (audio_forward)", SpeechDetector(sequence=False)),
+                           ("sequence", SpeechDetector())):  # fmt: skip
+        for size in [int(s) for s in args.batch_sizes.split(",")]:
+            batching = VadBatching(max_items=size)
+            wall, (spans, padded) = best_of(lambda: batched(detector, items, batching), args.repeat)
+            same = sum(a == b for a, b in zip(spans, reference))
+            rows.append((f"{name}, max_items {size}", wall, padded / 16000, same))
     wall, n = best_of(lambda: through_stage(detector, items), args.repeat)
     rows.append((f"SpeechStage, default {VadBatching()}", wall, float("nan"), n))
     print("\n| path | wall s | items/s | x real time | padded s | same spans |\n| --- | ---: | ---: | ---: | ---: | ---: |")

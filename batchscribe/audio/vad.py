@@ -13,6 +13,7 @@ is imported only when a detector is built.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,9 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from batchscribe.audio.vad_spans import CHUNK, SpanRules, speech_spans
+from batchscribe.audio.vad_model import SequenceScorer, stepwise
+from batchscribe.audio.vad_spans import SpanRules, speech_spans
 from batchscribe.config import require_vad
 from batchscribe.constants import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
 
 MAX_CHUNK_SECONDS = 30.0  # one Whisper window
 # faster-whisper BatchedInferencePipeline's VAD settings: chunks up to a window, 160 ms of silence
@@ -118,11 +122,13 @@ def length_groups(lengths: Sequence[int]) -> list[list[int]]:
 
 class SpeechDetector:
     """Silero VAD, loaded once (its model ships in the wheel) on `device`, scoring several items
-    in one batch: rows of the model's batch keep their own state, so an item's probabilities do
-    not depend on the others (up to float rounding: tests/audio/test_vad.py). One lock: the model
-    object holds that state between its chunk steps."""
+    at once (vad_model.py): by default its encoder over every chunk at once and its LSTM over
+    whole sequences (`sequence`), else (`sequence=False`, or a model whose parts are not the
+    expected ones) its own `audio_forward` over the items as rows of one batch. Either way an
+    item's probabilities equal get_speech_timestamps's up to float rounding (tests/audio/test_vad.py).
+    One lock: the model object holds the stepwise path's state between its chunk steps."""
 
-    def __init__(self, device: str | Any = "cpu") -> None:
+    def __init__(self, device: str | Any = "cpu", sequence: bool = True) -> None:
         require_vad()
         import torch
         from silero_vad import load_silero_vad
@@ -132,24 +138,29 @@ class SpeechDetector:
         self._lock = threading.Lock()
         # On CUDA its own stream, so the engine's work on the default stream does not wait for it.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        with self._on_stream():
+            self._sequence = SequenceScorer.of(self._model, self.device) if sequence else None
+        if sequence and self._sequence is None:
+            log.warning("this silero-vad model's parts are not the ones batchscribe scores all at once; "
+                        "--vad uses its audio_forward, chunk step by chunk step (slower)")  # fmt: skip
+
+    def _on_stream(self) -> Any:
+        import torch
+
+        return contextlib.nullcontext() if self._stream is None else torch.cuda.stream(self._stream)
 
     def probabilities(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Each item's speech probability per 512-sample chunk ([ceil(n / 512)] float32, host), as
         get_speech_timestamps scores it (a last partial chunk zero-padded, state from zero), in one
-        call of the model over the items padded to the longest."""
+        pass over the items (stepwise: padded to the longest)."""
         import torch
 
         if not audios:
             return []
-        longest = max(len(a) for a in audios)
-        batch = np.zeros((len(audios), max(CHUNK, -(-longest // CHUNK) * CHUNK)), dtype=np.float32)  # [B, T]
-        for row, audio in zip(batch, audios):
-            row[: len(audio)] = audio  # the zeros after an item's end only follow its own chunks
-        stream = contextlib.nullcontext() if self._stream is None else torch.cuda.stream(self._stream)
-        with self._lock, stream, torch.inference_mode():
-            x = torch.from_numpy(batch).to(self.device)  # [B, T]
-            probs = self._model.audio_forward(x, SAMPLE_RATE).numpy()  # [B, T / 512], on the host
-        return [probs[k, : -(-len(a) // CHUNK)] for k, a in enumerate(audios)]
+        with self._lock, self._on_stream(), torch.inference_mode():
+            if self._sequence is not None:
+                return self._sequence(audios)
+            return stepwise(self._model, audios, self.device)
 
     def detect(self, audios: Sequence[np.ndarray]) -> list[Speech]:
         """Every item's Speech, in order, scored in one call of the model per `length_groups` group

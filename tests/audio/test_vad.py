@@ -1,12 +1,15 @@
-"""SpeechDetector's batched path against silero-vad's own `get_speech_timestamps`, item by item, on
-real speech: long-form files and LibriSpeech rows, each alone and batched with items of other
-lengths (padding after an item's end, and the other rows, change nothing).
+"""SpeechDetector's batched paths (sequence, the default, and stepwise: vad_model.py) against
+silero-vad's own `get_speech_timestamps`, item by item, on real speech: long-form files and
+LibriSpeech rows, each alone and batched with items of other lengths (padding after an item's
+end, and the other rows, change nothing).
 
-The tolerance, and why the spans are still compared exactly: a row of a batch goes through the
-model's GEMMs and convolutions at another batch size than a lone item, so its probabilities may
-differ from the lone item's by float rounding (about 1.5e-6 seen on this CPU; asserted < 1e-5).
-That can move a span only where a probability lies within the rounding of 0.5 or 0.35, and no
-probability of these items does (asserted), so their spans must be identical.
+The tolerance, and why the spans are still compared exactly: a batched row goes through the
+model's GEMMs and convolutions in other shapes than get_speech_timestamps' one chunk of one item,
+so its probabilities may differ from the lone item's by float rounding (about 1.5e-6 seen on this
+CPU; asserted < 1e-5 against the model's own audio_forward on the item alone, which is
+get_speech_timestamps' arithmetic). That can move a span only where a probability lies within
+the rounding of 0.5 or 0.35, and no probability of these items does (asserted), so their spans
+must be identical.
 """
 
 from __future__ import annotations
@@ -59,7 +62,16 @@ def reference(items: list) -> dict[str, list[tuple[int, int]]]:
 def detector():
     from batchscribe.audio.vad import SpeechDetector
 
-    return SpeechDetector()
+    found = SpeechDetector()
+    assert found._sequence is not None  # the installed silero-vad's parts are the ones it reads
+    return found
+
+
+@pytest.fixture(scope="module")
+def stepwise_detector():
+    from batchscribe.audio.vad import SpeechDetector
+
+    return SpeechDetector(sequence=False)
 
 
 def _as_before(found: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
@@ -75,23 +87,28 @@ def _as_before(found: list[tuple[int, int]], n: int) -> list[tuple[int, int]]:
 
 
 def test_each_item_alone_gives_silero_spans(detector, items, reference) -> None:
-    for item_id, audio in items[1:]:  # the chapter is scored in the batched test
+    for item_id, audio in items:
         (probs,) = detector.probabilities([audio])
         assert probs.shape == (-(-len(audio) // 512),)
         assert speech_spans(probs, len(audio), RULES) == reference[item_id], item_id
 
 
-@pytest.mark.parametrize("pick", [[0, 1, 4, 5, 6], [2, 10, 3, 11, 12, 13, 14, 15]])
-def test_batched_with_other_lengths_gives_silero_spans(detector, items, reference, pick: list[int]) -> None:
+@pytest.mark.parametrize(("path", "pick"), [("sequence", [0, 1, 4, 5, 6]), ("sequence", [2, 10, 3, 11, 12, 13, 14, 15]),
+                                           ("stepwise", [2, 10, 3, 11, 12, 13, 14, 15])])  # fmt: skip
+def test_batched_with_other_lengths_gives_silero_spans(detector, stepwise_detector, items, reference, path: str,
+                                                       pick: list[int]) -> None:  # fmt: skip
+    from batchscribe.audio.vad_model import stepwise
+
     batch = [items[k] for k in pick]
     lengths = {len(a) for _, a in batch}
     assert len(lengths) == len(batch) and max(lengths) > 4 * min(lengths)  # really padded
     from batchscribe.audio.vad import _item_speech  # what detect() makes of each row's probabilities
 
-    probs = detector.probabilities([a for _, a in batch])
+    scorer = detector if path == "sequence" else stepwise_detector
+    probs = scorer.probabilities([a for _, a in batch])  # one pass over all of them, however long
     for (item_id, audio), p in zip(batch, probs):
         speech = _item_speech(p, len(audio))
-        (alone,) = detector.probabilities([audio])
+        (alone,) = stepwise(stepwise_detector._model, [audio], "cpu")  # get_speech_timestamps' arithmetic
         assert np.abs(p - alone).max() < ROUNDING, item_id
         assert min(np.abs(alone - THRESHOLD).min(), np.abs(alone - RULES.neg_threshold).min()) > ROUNDING, item_id
         assert speech_spans(p, len(audio), RULES) == reference[item_id], item_id
