@@ -134,13 +134,14 @@ class SpeechDetector:
         from silero_vad import load_silero_vad
 
         self.device = torch.device(device)
-        self._model = load_silero_vad().to(self.device)
+        model = load_silero_vad()  # on the CPU
+        fits = sequence and SequenceScorer.fits(model)
+        self._model = model.to(self.device)
         self._lock = threading.Lock()
         # On CUDA its own stream, so the engine's work on the default stream does not wait for it.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        with self._on_stream():
-            self._sequence = SequenceScorer.of(self._model, self.device) if sequence else None
-        if sequence and self._sequence is None:
+        self._sequence = SequenceScorer(self._model, self.device) if fits else None
+        if sequence and not fits:
             log.warning("this silero-vad model's parts are not the ones batchscribe scores all at once; "
                         "--vad uses its audio_forward, chunk step by chunk step (slower)")  # fmt: skip
 

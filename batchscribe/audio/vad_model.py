@@ -13,8 +13,8 @@ step depends on earlier chunks.
   one call of `torch.nn.LSTM` holding the cell's weights, the head over every output at once. The
   same arithmetic in other batch shapes, so probabilities equal `stepwise`'s up to float rounding
   (tests/audio/test_vad_model.py); an item alone costs one encoder pass, not one model call per
-  chunk. It reads the model's submodules, so `SequenceScorer.of` checks them on a probe and gives
-  None when they are not what it expects (a silero-vad release that changed them).
+  chunk. It reads the model's submodules, so `SequenceScorer.fits` checks them on a probe first
+  (a silero-vad release may change them).
 """
 
 from __future__ import annotations
@@ -65,22 +65,22 @@ class SequenceScorer:
         self.device = device
 
     @classmethod
-    def of(cls, model: Any, device: Any) -> SequenceScorer | None:
-        """A scorer for `model`, or None when its submodules are not the ones this reads or its
-        probabilities on a probe differ from the model's own beyond rounding."""
+    def fits(cls, model: Any) -> bool:
+        """Whether `model` (on the CPU) has the parts this reads and they give its own
+        probabilities on a probe, within rounding. On the CPU: a device's own rounding (TF32
+        convolutions on CUDA) is no sign of reading the wrong parts."""
         import torch
 
+        rng = np.random.default_rng(0)
+        t = np.arange(3 * 16000) / 16000
+        probe = (0.3 * np.sin(2 * np.pi * 220 * t * (1 + t)) * (t > 1) + rng.normal(0, 0.01, t.size)).astype(np.float32)
         try:
-            scorer = cls(model, device)
-            rng = np.random.default_rng(0)
-            t = np.arange(3 * 16000) / 16000
-            probe = (0.3 * np.sin(2 * np.pi * 220 * t * (1 + t)) * (t > 1) + rng.normal(0, 0.01, t.size)).astype(np.float32)
             with torch.inference_mode():
-                ours, theirs = scorer([probe, probe[:7000]]), stepwise(model, [probe, probe[:7000]], device)
+                ours = cls(model, "cpu")([probe, probe[:7000]])
+                theirs = stepwise(model, [probe, probe[:7000]], "cpu")
         except (AttributeError, RuntimeError, TypeError, ValueError):
-            return None
-        same = all(a.shape == b.shape and np.abs(a - b).max() < PROBE_TOLERANCE for a, b in zip(ours, theirs))
-        return scorer if same else None
+            return False
+        return all(a.shape == b.shape and np.abs(a - b).max() < PROBE_TOLERANCE for a, b in zip(ours, theirs))
 
     def __call__(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Each item's probabilities ([n_chunks] float32, host)."""

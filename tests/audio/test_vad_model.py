@@ -1,6 +1,6 @@
 """vad_model.py's two ways of scoring: the sequence path (encoder over every chunk at once, LSTM
 over whole sequences) equals the model's own audio_forward up to float rounding on real speech,
-also when it cuts the encoder's chunks and the LSTM's time steps into slices; `SequenceScorer.of`
+also when it cuts the encoder's chunks and the LSTM's time steps into slices; `SequenceScorer.fits`
 refuses a model whose parts it cannot read or whose parts disagree with the model on its probe,
 and the detector then scores with audio_forward. (Spans against silero's get_speech_timestamps:
 tests/audio/test_vad.py.)"""
@@ -45,8 +45,8 @@ def test_sequence_equals_audio_forward_within_rounding(model, audios, monkeypatc
 
     from batchscribe.audio import vad_model
 
-    scorer = vad_model.SequenceScorer.of(model, "cpu")
-    assert scorer is not None
+    assert vad_model.SequenceScorer.fits(model)
+    scorer = vad_model.SequenceScorer(model, "cpu")
     want = _stepwise_alone(model, audios)
     with torch.inference_mode():
         whole = scorer(audios)
@@ -65,17 +65,17 @@ def test_a_model_whose_parts_are_not_the_expected_ones_is_refused(model) -> None
 
     from batchscribe.audio.vad_model import SequenceScorer
 
-    assert SequenceScorer.of(SimpleNamespace(audio_forward=model.audio_forward), "cpu") is None
+    assert not SequenceScorer.fits(SimpleNamespace(audio_forward=model.audio_forward))
     other = load_silero_vad()
     with torch.no_grad():
         next(other._model.encoder.parameters()).mul_(1.5)  # parts that disagree with audio_forward
-    assert SequenceScorer.of(SimpleNamespace(_model=other._model, audio_forward=model.audio_forward), "cpu") is None
+    assert not SequenceScorer.fits(SimpleNamespace(_model=other._model, audio_forward=model.audio_forward))
 
 
 def test_the_detector_falls_back_to_audio_forward(model, audios, monkeypatch, caplog) -> None:
     from batchscribe.audio import vad
 
-    monkeypatch.setattr(vad.SequenceScorer, "of", classmethod(lambda cls, m, device: None))
+    monkeypatch.setattr(vad.SequenceScorer, "fits", classmethod(lambda cls, m: False))
     with caplog.at_level(logging.WARNING, logger="batchscribe.audio.vad"):
         detector = vad.SpeechDetector()
     assert "audio_forward" in caplog.text and detector._sequence is None
