@@ -2,8 +2,9 @@
 that launches the engine's work only joins the speech it is handed.
 
 Two daemon threads: one reads the source (decoded items, which may block on decoding) into
-`pending`; the other takes a batch from `pending` (bounded by `VadBatching`), scores it in one
-call of the model and appends the items with their `Speech` to `ready`, in input order. A batch is
+`pending`; the other takes a batch from `pending` (bounded by `VadBatching`), scores it at once
+(`SpeechDetector.detect`) and appends the items with their `Speech` to `ready`, in input order.
+On CUDA the model runs on the engine's device, on the CPU with torch's threads. A batch is
 computed once `pending` holds a full one, the source has ended, or `ready` is empty (the consumer
 may be waiting: nothing waits for a batch to fill). Memory stays bounded: `pending` holds at most
 a batch, `ready` at most two.
