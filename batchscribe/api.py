@@ -154,7 +154,9 @@ class Transcriber:
                                     self.config.attention.describe(self.config.dtype))  # fmt: skip
         self._schedulers: dict[DecodeOptions, Scheduler] = {}
         self._speech_detector: SpeechDetector | None = None
-        self.vad_batching = VadBatching()  # --vad: items per call of the VAD model (benchmarks vary it)
+        self.vad_batching = VadBatching()  # --vad: items scored at once (tests and benchmarks vary it)
+        if self.options.vad:
+            self.speech_detector()  # loaded with the model: inside run()'s deferred stops, as the weights are
 
     @property
     def n_slots(self) -> int:

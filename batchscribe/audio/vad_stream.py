@@ -30,7 +30,7 @@ import numpy as np
 from batchscribe.audio.vad import Speech
 from batchscribe.constants import SAMPLE_RATE
 
-JOIN_SECONDS = 30.0  # how long close() waits for each thread: a batch or a decode, then it gives up
+JOIN_SECONDS = 10.0  # how long close() waits for each thread (a batch, or a decode), then leaves it
 IDLE_SECONDS = 0.005  # between asks of a live source that had nothing ready (ray/feed.py)
 
 
