@@ -5,11 +5,10 @@ end, and the other rows, change nothing).
 
 The tolerance, and why the spans are still compared exactly: a batched row goes through the
 model's GEMMs and convolutions in other shapes than get_speech_timestamps' one chunk of one item,
-so its probabilities may differ from the lone item's by float rounding (about 1.5e-6 seen on this
-CPU; asserted < 1e-5 against the model's own audio_forward on the item alone, which is
-get_speech_timestamps' arithmetic). That can move a span only where a probability lies within
-the rounding of 0.5 or 0.35, and no probability of these items does (asserted), so their spans
-must be identical.
+so its probabilities may differ from the lone item's by float rounding (asserted < 1e-5 against
+the model's own audio_forward on the item alone, which is get_speech_timestamps' arithmetic).
+That can move a span only where a probability lies within the rounding of 0.5 or 0.35, and no
+probability of these items does (asserted), so their spans must be identical.
 """
 
 from __future__ import annotations
