@@ -18,6 +18,8 @@ import numpy as np
 import torch
 
 from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, prepare_audio
+from batchscribe.audio.vad import SpeechDetector
+from batchscribe.audio.vad_stream import SpeechStage, VadBatching
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
@@ -29,7 +31,7 @@ from batchscribe.model.alignment_heads import resolve_alignment_heads
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 from batchscribe.model.whisper import Whisper
-from batchscribe.output.verbose_json import transcript_record
+from batchscribe.output.verbose_json import make_error_record, transcript_record
 from batchscribe.weights import load_state_dict, resolve_model
 from batchscribe.weights.digest import weights_sha256
 
@@ -151,6 +153,10 @@ class Transcriber:
         self.model_info = ModelInfo(model, str(folder), dims, str(self.config.device), self.config.dtype_name,
                                     self.config.attention.describe(self.config.dtype))  # fmt: skip
         self._schedulers: dict[DecodeOptions, Scheduler] = {}
+        self._speech_detector: SpeechDetector | None = None
+        self.vad_batching = VadBatching()  # --vad: items scored at once (tests and benchmarks vary it)
+        if self.options.vad:
+            self.speech_detector()  # loaded with the model: inside run()'s deferred stops, as the weights are
 
     @property
     def n_slots(self) -> int:
@@ -197,9 +203,26 @@ class Transcriber:
         *, sample_rate: int = SAMPLE_RATE,
     ) -> Iterator[dict]:
         """Records as items finish (not input order). Audio: arrays at `sample_rate` (default 16 kHz,
-        what the pipeline's decoder gives), file paths or encoded bytes."""
-        for transcript in self.scheduler(options).run(_samples(items, sample_rate)):
-            yield transcript_record(transcript)
+        what the pipeline's decoder gives), file paths or encoded bytes. With --vad the speech is
+        found ahead of the scheduler, in batches on worker threads (`SpeechStage`); an item whose
+        detection fails gets an error record."""
+        options = options or self.options
+        scheduler, source = self.scheduler(options), _samples(items, sample_rate)
+        if not options.vad:
+            for transcript in scheduler.run(source):
+                yield transcript_record(transcript)
+            return
+        # Closed however the stream ends (a stop, an error, the caller's close): its threads end.
+        with SpeechStage(source, self.speech_detector(), self.vad_batching) as stage:
+            for transcript in scheduler.run(stage):
+                error = stage.finished(transcript.id)
+                yield transcript_record(transcript) if error is None else make_error_record(transcript.id, error)
+
+    def speech_detector(self) -> SpeechDetector:
+        """--vad's Silero model, loaded once, on the engine's device."""
+        if self._speech_detector is None:
+            self._speech_detector = SpeechDetector(self.config.device)
+        return self._speech_detector
 
     def transcribe(
         self, audio: AudioLike | Sequence[AudioLike] | Sequence[tuple[str, AudioLike]],

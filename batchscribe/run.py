@@ -223,12 +223,14 @@ def _decoded(todo: Iterator[SourceItem], transcriber: TranscriberLike, opts: Run
     return decoded
 
 
-def _close(decoded: Iterator[Any]) -> None:
-    """Shut the decode pool down now, whatever stopped the run, not when the stream is collected:
+def _close(stream: Iterator[Any]) -> None:
+    """Close a stream now, whatever stopped the run, not when it is collected. The decode pool's:
     at exit multiprocessing's finalizers unlink the pool's semaphores first, and a worker still
     starting then died printing a traceback."""
+    close = getattr(stream, "close", None)
     try:
-        decoded.close()  # type: ignore[attr-defined]
+        if close is not None:
+            close()
     except ValueError:  # running on the transcriber's thread ("generator already executing"): it ends it
         pass
 
@@ -249,14 +251,16 @@ def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: S
             pending[d.id] = (d.text, dict(d.extra))
             yield (d.id, d.audio, d.prompt) if d.prompt else (d.id, d.audio)  # a prompt: --prompt-column
 
+    records = transcriber.transcribe_stream(feed())
     try:
-        for rec in transcriber.transcribe_stream(feed()):
+        for rec in records:
             item_id = str(rec.get("id"))
             if item_id not in pending:
                 raise RuntimeError(f"transcriber returned a record for unknown or repeated id {item_id!r}")
             text, extra = pending.pop(item_id)
             sink.add(merge_record(rec, text, extra))
     finally:
+        _close(records)  # first: threads of the transcriber's (--vad's stage) stop pulling feed()
         _close(decoded)
     for item_id, (text, extra) in pending.items():
         # Never lose an id: a transcriber that drops one yields an error record, not a gap.

@@ -231,6 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--packed", action="store_true",
                     help="decode into ordinary memory the engine packs (RunOptions.pinned_arena=False), "
                          "not into its pinned arena (the default with decode threads)")
+    ap.add_argument("--vad", action="store_true", help="decode with --vad (Silero, batched ahead of the engine)")
     ap.add_argument("--word-timestamps", action="store_true",
                     help="every configuration with word timestamps (issue 20: their cost on W1)")
     ap.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
@@ -283,6 +284,7 @@ def prompt_of(model: str, n: int) -> str | None:
 
 def _features(args: argparse.Namespace) -> dict:
     found = {"word_timestamps": True} if args.word_timestamps else {}
+    found = {**found, "vad": True} if args.vad else found
     prompt = prompt_of(args.model, args.prompt_tokens)
     return found if prompt is None else {**found, "initial_prompt": prompt}
 
@@ -320,6 +322,7 @@ def _report(args: argparse.Namespace, n_items: int, audio_s: float, results: lis
     import common
 
     extras = ", word timestamps" * args.word_timestamps + (f", {args.prompt_tokens}-token prompt" if args.prompt_tokens else "")
+    extras += ", --vad" * args.vad
     print(f"\nW1 {args.model}{extras}, {n_items} utterances ({audio_s / 3600:.2f} h), {common.hardware()}, "
           f"commit {common.commit()}")
     print(f"{'system':<52}{'seconds':>10}{'RTFx':>10}{'WER %':>8}")

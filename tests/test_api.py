@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import io
 import json
 import re
@@ -131,3 +132,29 @@ def test_missing_path_names_it(transcriber, tmp_path) -> None:
 
     with pytest.raises(AudioDecodeError, match="nope.flac.*does not exist"):
         transcriber.transcribe(str(tmp_path / "nope.flac"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None, reason="needs pip install 'batchscribe[vad]'")
+def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_item(transcriber, utterances) -> None:
+    """--vad through transcribe_stream (speech found ahead, in batches, on worker threads) against
+    the scheduler finding each item's speech itself (the detector on its own): the same records.
+    A NaN array (it passes the stream's O(1) check) becomes an error record naming it; the
+    stage's threads are gone once the stream ends."""
+    import dataclasses
+    import threading
+
+    from batchscribe.output.verbose_json import transcript_record
+
+    options = dataclasses.replace(transcriber.options, vad=True)
+    rng = np.random.default_rng(0)
+    quiet = [rng.normal(0, 1e-4, int(s * 16000)).astype(np.float32) for s in (3.0, 11.0)]
+    spliced = np.concatenate([quiet[0], utterances[0][1], quiet[1], utterances[1][1], quiet[0]])
+    items = [("spliced", spliced), *utterances[2:8]]
+    per_item = {t.id: transcript_record(t) for t in transcriber.build_scheduler(options).run(iter(items))}
+    bad = ("nan", np.full(16000 * 4, np.nan, dtype=np.float32))
+    batched = {r["id"]: r for r in transcriber.transcribe_stream([*items[:3], bad, *items[3:]], options)}
+    error = batched.pop("nan")
+    assert error == {"id": "nan", "error": error["error"], "duration": None}
+    assert error["error"].startswith("nan: ") and "NaN" in error["error"]
+    assert batched == per_item and per_item["spliced"]["text"].strip()
+    assert not [t for t in threading.enumerate() if t.name.startswith("batchscribe-vad")]

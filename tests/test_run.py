@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import signal
@@ -384,6 +385,44 @@ def test_a_stop_mid_run_shuts_the_decode_processes_down_before_run_returns(tmp_p
     assert caught.value is not None  # the traceback (and the run's frames) still held here
     assert multiprocessing.active_children() == []
     assert len(read_all(tmp_path / "out")) >= 1  # what finished is committed
+
+
+@pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None, reason="needs pip install 'batchscribe[vad]'")
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
+def test_a_stop_mid_run_with_vad_commits_and_ends_its_threads_and_the_decode_processes(
+        tmp_path: Path, tiny_en_dir: Path, signum: int, raised: type[BaseException]) -> None:  # fmt: skip
+    """--vad's stage reads the decoded items on its own thread: a stop still commits what is done,
+    and run() returns only after the stage's threads and the decode processes have ended."""
+    import multiprocessing
+    import threading
+
+    from batchscribe.config import DecodeOptions
+
+    stopped: list[int] = []
+
+    def progress(p: Any) -> None:
+        if p.ok and not stopped:  # once: a second signal kills the process, as without batchscribe
+            stopped.append(p.ok)
+            signal.raise_signal(signum)
+
+    def small_batches(o: RunOptions) -> Any:  # the stage reads a batch ahead: mid-stream at the stop
+        from batchscribe.api import Transcriber
+        from batchscribe.audio.vad_stream import VadBatching
+
+        t = Transcriber(model=o.model, decode=o.decode, engine=o.engine)
+        t.vad_batching = VadBatching(max_items=2)
+        return t
+
+    manifest, _ = make_manifest(tmp_path, n_copies=6)
+    options = RunOptions(model=str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=2), workers=1,
+                         decode=DecodeOptions(vad=True, temperatures=(0.0,)), shard_size=1)  # fmt: skip
+    with pytest.raises(raised):
+        run([str(manifest)], tmp_path / "out", options, small_batches, progress=progress)
+    assert multiprocessing.active_children() == []
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("batchscribe-vad")]
+    records = read_all(tmp_path / "out")
+    assert stopped and len([r for r in records if r.get("error") is None]) >= 1 and len(records) < 20
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "interrupted"
 
 
 @pytest.mark.parametrize("language", [None, "en"])

@@ -1,5 +1,7 @@
 """Voice activity: which stretches of an item hold speech (`--vad`), as faster-whisper's batched
-pipeline finds them: Silero VAD's speech timestamps, merged into chunks of at most 30 s.
+pipeline finds them: Silero VAD's speech timestamps, merged into chunks of at most 30 s. Silero's
+probabilities are computed for a batch of items at once (`SpeechDetector.detect`), and its
+`get_speech_timestamps` rules applied to each item on the host (`vad_spans`).
 
 As there, the silence is cut out (between chunks and within them: a window spanning 20 s of silence
 lets Whisper's timestamps drift across it), the speech is joined, each chunk is a clip that no
@@ -10,18 +12,28 @@ is imported only when a detector is built.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from batchscribe.audio.vad_model import SequenceScorer, stepwise
+from batchscribe.audio.vad_spans import SpanRules, speech_spans
 from batchscribe.config import require_vad
 from batchscribe.constants import SAMPLE_RATE
+
+log = logging.getLogger(__name__)
 
 MAX_CHUNK_SECONDS = 30.0  # one Whisper window
 # faster-whisper BatchedInferencePipeline's VAD settings: chunks up to a window, 160 ms of silence
 # splits speech, 400 ms of padding keeps word onsets and tails.
 MIN_SILENCE_MS, SPEECH_PAD_MS, THRESHOLD = 160, 400, 0.5
+RULES = SpanRules.silero(threshold=THRESHOLD, max_speech_s=MAX_CHUNK_SECONDS, min_silence_ms=MIN_SILENCE_MS,
+                         speech_pad_ms=SPEECH_PAD_MS, rate=SAMPLE_RATE)  # fmt: skip
 
 
 def merge_spans(spans: list[tuple[int, int]], max_samples: int) -> list[tuple[int, int]]:
@@ -71,30 +83,100 @@ def join_speech(audio: np.ndarray, spans: list[tuple[int, int]], chunks: list[tu
     return out, clips, SpeechMap(joined / rate, starts / rate, lengths / rate)
 
 
+@dataclass(frozen=True)
+class Speech:
+    """An item's speech: (start, end) sample spans, padded and merged where they overlap, and the
+    chunks they form (merge_spans); `error`: why detection failed (then both are empty)."""
+
+    spans: tuple[tuple[int, int], ...]
+    chunks: tuple[tuple[int, int], ...]
+    error: str | None = None
+
+
+def _item_speech(probs: np.ndarray, n_samples: int) -> Speech:
+    """One item's probabilities ([ceil(n_samples / 512)] float32) -> its Speech."""
+    if not np.isfinite(probs).all():
+        return Speech((), (), "voice activity detection (--vad) found non-finite speech probabilities: "
+                              "the audio holds NaN or infinite samples; pass finite samples in [-1, 1]")  # fmt: skip
+    spans: list[tuple[int, int]] = []
+    for s, e in speech_spans(probs, n_samples, RULES):
+        e = min(e, n_samples)
+        if spans and s <= spans[-1][1]:  # padding made them overlap: one span
+            spans[-1] = (spans[-1][0], max(e, spans[-1][1]))
+        elif e > s:
+            spans.append((s, e))
+    return Speech(tuple(spans), tuple(merge_spans(spans, int(MAX_CHUNK_SECONDS * SAMPLE_RATE))))
+
+
+def length_groups(lengths: Sequence[int]) -> list[list[int]]:
+    """Item indices for each call of the model, longest first: a call takes items down to half its
+    longest, so padding at most doubles an item's steps (the model steps every row to the end)."""
+    groups: list[list[int]] = []
+    for k in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
+        if groups and 2 * lengths[k] >= lengths[groups[-1][0]]:
+            groups[-1].append(k)
+        else:
+            groups.append([k])
+    return groups
+
+
 class SpeechDetector:
-    """Silero VAD, loaded once (its model ships in the wheel); one lock: the model keeps state."""
+    """Silero VAD, loaded once (its model ships in the wheel) on `device`, scoring several items
+    at once (vad_model.py): by default its encoder over every chunk at once and its LSTM over
+    whole sequences (`sequence`), else (`sequence=False`, or a model whose parts are not the
+    expected ones) its own `audio_forward` over the items as rows of one batch. Either way an
+    item's probabilities equal get_speech_timestamps's up to float rounding (tests/audio/test_vad.py).
+    One lock: the model object holds the stepwise path's state between its chunk steps."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: str | Any = "cpu", sequence: bool = True) -> None:
         require_vad()
-        from silero_vad import get_speech_timestamps, load_silero_vad
+        import torch
+        from silero_vad import load_silero_vad
 
-        self._model, self._timestamps, self._lock = load_silero_vad(), get_speech_timestamps, threading.Lock()
+        self.device = torch.device(device)
+        model = load_silero_vad()  # on the CPU
+        fits = sequence and SequenceScorer.fits(model)
+        self._model = model.to(self.device)
+        self._lock = threading.Lock()
+        # On CUDA its own stream, so the engine's work on the default stream does not wait for it.
+        self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self._sequence = SequenceScorer(self._model, self.device) if fits else None
+        if sequence and not fits:
+            log.warning("this silero-vad model's parts are not the ones batchscribe scores all at once; "
+                        "--vad uses its audio_forward, chunk step by chunk step (slower)")  # fmt: skip
 
-    def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """The item's speech spans and their chunks (at most 30 s each, see merge_spans), as
-        (start, end) samples; padded spans that overlap are joined into one."""
+    def _on_stream(self) -> Any:
         import torch
 
-        with self._lock, torch.inference_mode():
-            found = self._timestamps(torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32)), self._model,
-                                     threshold=THRESHOLD, sampling_rate=SAMPLE_RATE,
-                                     min_silence_duration_ms=MIN_SILENCE_MS, speech_pad_ms=SPEECH_PAD_MS,
-                                     max_speech_duration_s=MAX_CHUNK_SECONDS)  # fmt: skip
-        spans: list[tuple[int, int]] = []
-        for t in found:
-            s, e = int(t["start"]), min(int(t["end"]), len(audio))
-            if spans and s <= spans[-1][1]:
-                spans[-1] = (spans[-1][0], max(e, spans[-1][1]))
-            elif e > s:
-                spans.append((s, e))
-        return spans, merge_spans(spans, int(MAX_CHUNK_SECONDS * SAMPLE_RATE))
+        return contextlib.nullcontext() if self._stream is None else torch.cuda.stream(self._stream)
+
+    def probabilities(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each item's speech probability per 512-sample chunk ([ceil(n / 512)] float32, host), as
+        get_speech_timestamps scores it (a last partial chunk zero-padded, state from zero), in one
+        pass over the items (stepwise: padded to the longest)."""
+        import torch
+
+        if not audios:
+            return []
+        with self._lock, self._on_stream(), torch.inference_mode():
+            if self._sequence is not None:
+                return self._sequence(audios)
+            return stepwise(self._model, audios, self.device)
+
+    def detect(self, audios: Sequence[np.ndarray]) -> list[Speech]:
+        """Every item's Speech, in order, scored in one call of the model per `length_groups` group
+        (an item with non-finite probabilities gets an error; the others are unaffected: rows are
+        independent)."""
+        found: list[Speech] = [Speech((), ())] * len(audios)
+        for group in length_groups([len(a) for a in audios]):
+            for k, probs in zip(group, self.probabilities([audios[k] for k in group])):
+                found[k] = _item_speech(probs, len(audios[k]))
+        return found
+
+    def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """One item's speech spans and their chunks (at most 30 s each, see merge_spans), as
+        (start, end) samples; padded spans that overlap are joined into one. ValueError: `error`."""
+        found = self.detect([audio])[0]
+        if found.error is not None:
+            raise ValueError(found.error)
+        return list(found.spans), list(found.chunks)

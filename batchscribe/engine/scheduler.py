@@ -74,7 +74,7 @@ class _Aligning:
 class _Run:
     """One stream's bookkeeping."""
 
-    source: Iterator[tuple | None]  # (id, audio) or (id, audio, prompt); None: nothing ready yet
+    source: Iterator[tuple | None]  # (id, audio[, prompt[, speech]]); None: nothing ready yet
     exhausted: bool = False
     # key -> item with a window queued, in a slot, or being aligned
     live: dict[int, ItemProgress] = field(default_factory=dict)
@@ -105,8 +105,9 @@ class Scheduler:
 
     def run(self, items: Iterable[tuple | None], policy: SchedulePolicy | None = None) -> Iterator[Transcript]:
         """Transcripts of `items` ((id, float32 mono 16 kHz array), or (id, array, the item's initial
-        prompt)) as they finish, not in input order. A source may give None for "nothing ready yet"
-        (ray/feed.py): the scheduler steps what it has and asks again on its next turn."""
+        prompt or None), or (id, array, prompt or None, its --vad Speech)) as they finish, not in
+        input order. A source may give None for "nothing ready yet" (ray/feed.py, vad_stream.py):
+        the scheduler steps what it has and asks again on its next turn."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
@@ -139,7 +140,7 @@ class Scheduler:
         while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
             t0 = time.perf_counter()
             try:
-                entry = next(run.source)  # (id, audio) or (id, audio, the item's prompt)
+                entry = next(run.source)  # (id, audio[, the item's prompt[, its --vad Speech]])
             except StopIteration:
                 run.exhausted = True
                 break
@@ -149,8 +150,8 @@ class Scheduler:
             if entry is None:  # a live source with nothing ready yet (ray/feed.py): step what is in flight
                 break
             self.marks.setdefault("first_input", t1)
-            item_id, audio, *prompt = entry
-            item = self.windows.start(item_id, audio, *prompt)
+            item_id, audio, *rest = entry  # rest: the item's prompt, then (--vad) its Speech
+            item = self.windows.start(item_id, audio, *rest)
             if item.done:  # no audio, or (--vad) no speech
                 yield self.windows.transcript(item)
                 continue

@@ -1,0 +1,130 @@
+"""Silero VAD's speech probabilities for a batch of items (16 kHz), two ways over one model.
+
+Silero scores 512-sample chunks in order: each chunk, with the last 64 samples before it as
+context, goes through an STFT and a convolutional encoder to 128 features, then one step of an
+LSTM cell whose state carries across chunks, then a 1x1 convolution and a sigmoid. Only the LSTM
+step depends on earlier chunks.
+
+- `stepwise`: the model's own `audio_forward` over the items as rows of one batch (each row keeps
+  its own state), chunk step by chunk step, the whole model per step: what get_speech_timestamps
+  computes, with the per-step cost shared by the rows.
+- `sequence` (`SequenceScorer`): the encoder over every chunk of every item at once (each chunk's
+  input is known from the audio: it needs no state), the LSTM over the items' feature sequences in
+  one call of `torch.nn.LSTM` holding the cell's weights, the head over every output at once. The
+  same arithmetic in other batch shapes, so probabilities equal `stepwise`'s up to float rounding
+  (tests/audio/test_vad_model.py); an item alone costs one encoder pass, not one model call per
+  chunk. It reads the model's submodules, so `SequenceScorer.fits` checks them on a probe first
+  (a silero-vad release may change them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+CHUNK, CONTEXT, FEATURES = 512, 64, 128  # samples per probability, samples of context, LSTM width (16 kHz)
+ENCODE_CHUNKS = 8192  # chunks per encoder call: bounds the STFT's activations ([n, 258, 4] floats)
+LSTM_POSITIONS = 1 << 16  # rows x time steps per LSTM call: bounds its gates ([n, 512] floats)
+PROBE_TOLERANCE = 1e-4  # far above float32 rounding, far below what a wrongly read part gives
+
+
+def n_chunks(n_samples: int) -> int:
+    return -(-n_samples // CHUNK)
+
+
+def stepwise(model: Any, audios: Sequence[np.ndarray], device: Any) -> list[np.ndarray]:
+    """Each item's probabilities ([n_chunks] float32, host) from one `audio_forward` call over the
+    items zero-padded to the longest (the zeros after an item's end only follow its own chunks)."""
+    import torch
+
+    batch = np.zeros((len(audios), max([1, *(n_chunks(len(a)) for a in audios)]) * CHUNK), dtype=np.float32)  # [B, T]
+    for row, audio in zip(batch, audios):
+        row[: len(audio)] = audio
+    probs = model.audio_forward(torch.from_numpy(batch).to(device), 16000).numpy()  # [B, T / 512], host
+    return [probs[k, : n_chunks(len(a))] for k, a in enumerate(audios)]
+
+
+class SequenceScorer:
+    """Silero's probabilities with its encoder and head over all chunks at once and its LSTM over
+    whole sequences (see the module docstring)."""
+
+    def __init__(self, model: Any, device: Any):
+        import torch
+
+        inner = model._model
+        self.stft, self.encoder, self.head = inner.stft, inner.encoder, inner.decoder.decoder
+        cell = inner.decoder.rnn
+        self.lstm = torch.nn.LSTM(FEATURES, FEATURES, batch_first=True).to(device).eval()
+        with torch.no_grad():
+            for ours, theirs in (("ih", cell.weight_ih), ("hh", cell.weight_hh)):
+                getattr(self.lstm, f"weight_{ours}_l0").copy_(theirs)
+            self.lstm.bias_ih_l0.copy_(cell.bias_ih)
+            self.lstm.bias_hh_l0.copy_(cell.bias_hh)
+        self.device = device
+
+    @classmethod
+    def fits(cls, model: Any) -> bool:
+        """Whether `model` (on the CPU) has the parts this reads and they give its own
+        probabilities on a probe, within rounding. On the CPU: a device's own rounding (TF32
+        convolutions on CUDA) is no sign of reading the wrong parts."""
+        import torch
+
+        rng = np.random.default_rng(0)
+        t = np.arange(3 * 16000) / 16000
+        probe = (0.3 * np.sin(2 * np.pi * 220 * t * (1 + t)) * (t > 1) + rng.normal(0, 0.01, t.size)).astype(np.float32)
+        try:
+            with torch.inference_mode():
+                ours = cls(model, "cpu")([probe, probe[:7000]])
+                theirs = stepwise(model, [probe, probe[:7000]], "cpu")
+        except (AttributeError, RuntimeError, TypeError, ValueError):
+            return False
+        return all(a.shape == b.shape and np.abs(a - b).max() < PROBE_TOLERANCE for a, b in zip(ours, theirs))
+
+    def __call__(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Each item's probabilities ([n_chunks] float32, host)."""
+        import torch
+
+        counts = [n_chunks(len(a)) for a in audios]
+        if not sum(counts):
+            return [np.zeros(0, dtype=np.float32) for _ in audios]
+        features = self._encode(self._frames(audios, counts))  # [N, 128]
+        hidden = self._recur(torch.split(features, counts))  # [N, 128]
+        probs = self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()  # [N]
+        return list(np.split(probs, np.cumsum(counts)[:-1]))
+
+    def _frames(self, audios: Sequence[np.ndarray], counts: list[int]) -> Any:
+        """Every chunk's model input, its context then its samples: [N = sum(counts), 576], on the device."""
+        import torch
+
+        spans = [CONTEXT + n * CHUNK for n in counts]
+        flat = np.zeros(sum(spans), dtype=np.float32)  # each item: 64 zeros, its samples, zeros to a chunk
+        for start, audio in zip(np.cumsum([0, *spans[:-1]]), audios):
+            flat[start + CONTEXT : start + CONTEXT + len(audio)] = audio
+        flat_t = torch.from_numpy(flat).to(self.device)  # [sum(spans)]
+        parts = [item.unfold(0, CONTEXT + CHUNK, CHUNK) for item in torch.split(flat_t, spans) if len(item) > CONTEXT]
+        return torch.cat(parts)  # [N, 576]
+
+    def _encode(self, frames: Any) -> Any:
+        """[N, 576] -> [N, 128]: the STFT and encoder, a slice of chunks at a time."""
+        import torch
+
+        return torch.cat([self.encoder(self.stft(frames[i : i + ENCODE_CHUNKS])).squeeze(-1)
+                          for i in range(0, len(frames), ENCODE_CHUNKS)])  # fmt: skip
+
+    def _recur(self, sequences: Sequence[Any]) -> Any:
+        """Items' feature sequences ([n_k, 128] each) -> the LSTM's outputs, concatenated [N, 128].
+        Rows padded at their end (causal: padding changes no earlier step); time cut into slices
+        that carry (h, c) across, to bound the gates' memory."""
+        import torch
+
+        live = [s for s in sequences if len(s)]
+        padded = torch.nn.utils.rnn.pad_sequence(live, batch_first=True)  # [B, T, 128]
+        step = max(1, LSTM_POSITIONS // len(live))
+        state, outs = None, []
+        for i in range(0, padded.shape[1], step):
+            out, state = self.lstm(padded[:, i : i + step], state)
+            outs.append(out)
+        hidden = torch.cat(outs, dim=1)  # [B, T, 128]
+        return torch.cat([hidden[k, : len(s)] for k, s in enumerate(live)])
