@@ -24,7 +24,7 @@ from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, defaul
 from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
 from batchscribe.engine.prewarm import Prewarm
-from batchscribe.engine.scheduler import Scheduler
+from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
 from batchscribe.engine.windows import WindowPlanner, step_spec
 from batchscribe.model.alignment_heads import resolve_alignment_heads
@@ -200,21 +200,22 @@ class Transcriber:
 
     def transcribe_stream(
         self, items: Iterable[tuple[str, AudioLike]], options: DecodeOptions | None = None,
-        *, sample_rate: int = SAMPLE_RATE,
+        *, sample_rate: int = SAMPLE_RATE, policy: SchedulePolicy | None = None,
     ) -> Iterator[dict]:
         """Records as items finish (not input order). Audio: arrays at `sample_rate` (default 16 kHz,
         what the pipeline's decoder gives), file paths or encoded bytes. With --vad the speech is
         found ahead of the scheduler, in batches on worker threads (`SpeechStage`); an item whose
-        detection fails gets an error record."""
+        detection fails gets an error record. `policy`: the scheduler's, if not its default
+        (benchmarks vary it)."""
         options = options or self.options
         scheduler, source = self.scheduler(options), _samples(items, sample_rate)
         if not options.vad:
-            for transcript in scheduler.run(source):
+            for transcript in scheduler.run(source, policy):
                 yield transcript_record(transcript)
             return
         # Closed however the stream ends (a stop, an error, the caller's close): its threads end.
         with SpeechStage(source, self.speech_detector(), self.vad_batching) as stage:
-            for transcript in scheduler.run(stage):
+            for transcript in scheduler.run(stage, policy):
                 error = stage.finished(transcript.id)
                 yield transcript_record(transcript) if error is None else make_error_record(transcript.id, error)
 

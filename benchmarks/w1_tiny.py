@@ -73,10 +73,7 @@ class _WithPolicy:
         return self.transcriber.host_allocator()
 
     def transcribe_stream(self, items):
-        from batchscribe.output.verbose_json import transcript_record
-
-        for transcript in self.transcriber.scheduler().run(items, self.policy):
-            yield transcript_record(transcript)
+        return self.transcriber.transcribe_stream(items, policy=self.policy)  # --vad's stage included
 
 
 def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, config: str, arena: bool,

@@ -137,7 +137,7 @@ def test_missing_path_names_it(transcriber, tmp_path) -> None:
 @pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None, reason="needs pip install 'batchscribe[vad]'")
 def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_item(transcriber, utterances) -> None:
     """--vad through transcribe_stream (speech found ahead, in batches, on worker threads) against
-    the scheduler finding each item's speech itself (the detector on its own): the same records.
+    each item's speech found alone (the detector on one item) and handed in: the same records.
     A NaN array (it passes the stream's O(1) check) becomes an error record naming it; the
     stage's threads are gone once the stream ends."""
     import dataclasses
@@ -150,7 +150,9 @@ def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_
     quiet = [rng.normal(0, 1e-4, int(s * 16000)).astype(np.float32) for s in (3.0, 11.0)]
     spliced = np.concatenate([quiet[0], utterances[0][1], quiet[1], utterances[1][1], quiet[0]])
     items = [("spliced", spliced), *utterances[2:8]]
-    per_item = {t.id: transcript_record(t) for t in transcriber.build_scheduler(options).run(iter(items))}
+    detector = transcriber.speech_detector()  # each item's speech found alone, handed to the scheduler
+    alone = [(i, a, None, detector.detect([a])[0]) for i, a in items]
+    per_item = {t.id: transcript_record(t) for t in transcriber.build_scheduler(options).run(iter(alone))}
     bad = ("nan", np.full(16000 * 4, np.nan, dtype=np.float32))
     batched = {r["id"]: r for r in transcriber.transcribe_stream([*items[:3], bad, *items[3:]], options)}
     error = batched.pop("nan")

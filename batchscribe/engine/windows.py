@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from batchscribe.audio.vad import Speech, SpeechDetector, SpeechMap, join_speech
+from batchscribe.audio.vad import Speech, SpeechMap, join_speech
 from batchscribe.config import ConfigError, DecodeOptions
 from batchscribe.constants import HOP_LENGTH, N_FRAMES, SAMPLE_RATE, TIME_PRECISION
 from batchscribe.engine.alignment import Alignment, AlignWindow
@@ -146,13 +146,12 @@ class WindowPlanner:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
         self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
-        self._vad: SpeechDetector | None = None  # --vad without a Speech handed in: built on first use
 
     def start(self, item_id: str, audio: np.ndarray, prompt: str | None = None,
               speech: Speech | None = None) -> ItemProgress:  # fmt: skip
         """An item's progress; `prompt`: its own initial prompt (--prompt-column), else the run's;
-        `speech` (--vad): where its speech is, found ahead in batches (audio/vad_stream.py); with
-        --vad and none handed in, it is found here, one item at a time."""
+        `speech` (--vad): where its speech is, found ahead in batches (audio/vad_stream.py, which
+        `Transcriber.transcribe_stream` puts in front of the scheduler)."""
         context = self.prompt_tokens
         if prompt:
             if self.tokenizer.is_multilingual and self.forced_language is None:
@@ -160,9 +159,8 @@ class WindowPlanner:
                                   "(e.g. --language en): the language is detected in the decode the prompt conditions")
             context = initial_prompt_tokens(self.tokenizer, prompt, item_id)
         item = ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language, context=context)
-        if speech is None and self.options.vad:
-            self._vad = self._vad or SpeechDetector()
-            speech = self._vad.detect([item.audio])[0]
+        if self.options.vad and speech is None:
+            raise AssertionError(f"{item_id}: --vad, but no Speech was handed in (run the scheduler behind a SpeechStage)")
         if speech is not None:
             item.original_samples = len(item.audio)
             item.audio, chunks, item.speech = join_speech(item.audio, list(speech.spans), list(speech.chunks))

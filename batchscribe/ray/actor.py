@@ -49,7 +49,7 @@ def decode_batch(batch: Batch, id_column: str = "id", audio_column: str = "audio
     ids, folder = batch[id_column], None if base_dir is None else Path(base_dir)
     for i in range(len(ids)):
         item_id = str(ids[i])
-        if item_id in skip or (num_shards > 1 and shard_of(item_id, num_shards) != shard_index):
+        if not _to_do(item_id, skip, num_shards, shard_index):
             continue
         cell = batch[audio_column][i]
         data, path = audio_value(dict(cell) if isinstance(cell, Mapping) else cell, folder)  # as the plain run reads it
@@ -68,9 +68,13 @@ def keep_rows(batch: pa.Table, id_column: str = "id", skip: frozenset[str] = fro
               shard_index: int = 0) -> pa.Table:  # fmt: skip
     """The rows still to do, before they are cut into actor calls: ids not in `skip` (committed by
     an earlier run) and in this `--num-shards` part. Arrow in, Arrow out: nothing is decoded."""
-    ids = batch.column(id_column).cast(pa.string()).to_pylist()
-    keep = [i not in skip and (num_shards == 1 or shard_of(i, num_shards) == shard_index) for i in ids]
+    keep = [_to_do(i, skip, num_shards, shard_index) for i in batch.column(id_column).cast(pa.string()).to_pylist()]
     return batch if all(keep) else batch.filter(pa.array(keep, pa.bool_()))
+
+
+def _to_do(item_id: str, skip: frozenset[str], num_shards: int, shard_index: int) -> bool:
+    """Not committed by an earlier run, and in this --num-shards part."""
+    return item_id not in skip and (num_shards == 1 or shard_of(item_id, num_shards) == shard_index)
 
 
 def _str_or_none(value: Any) -> str | None:
