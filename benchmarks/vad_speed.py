@@ -4,7 +4,7 @@ the host), stepwise (the model's audio_forward over rows) and sequence (encoder 
 LSTM over sequences; the default), over the long-form files and, with --librispeech N, N
 LibriSpeech rows.
 
-    python benchmarks/vad_speed.py [--batch-sizes 1,2,4,8,64] [--librispeech 256] [--repeat 2] [--append]
+    python benchmarks/vad_speed.py [--batch-sizes 1,2,4,8,64] [--librispeech 256] [--repeat 2] [--device cuda] [--append]
 
 Audio is decoded before the clock starts. Each configuration runs once as a warm-up, then
 `--repeat` times; the best wall time is kept. x real time = audio seconds / wall seconds; "padded"
@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--librispeech", type=int, default=0, help="also this many LibriSpeech rows")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--append", action="store_true", help="add rows to benchmarks/RESULTS.md")
+    parser.add_argument("--device", default="cpu", help="where the batched paths score (the per-item peer stays on the CPU, as silero runs it)")
     args = parser.parse_args()
 
     import torch
@@ -121,11 +122,12 @@ def main() -> None:
 
     items = load_items(args.librispeech)
     audio_s = sum(len(a) for _, a in items) / 16000
-    print(f"{len(items)} items, {audio_s:,.0f} s of audio; {hardware()}, {os.cpu_count()} cores, commit {commit()}")
+    print(f"{len(items)} items, {audio_s:,.0f} s of audio; {hardware()}, {os.cpu_count()} cores, batched paths on "
+          f"{args.device}, commit {commit()}")
     wall, reference = best_of(lambda: per_item(items), args.repeat)
     rows = [("silero get_speech_timestamps, per item", wall, audio_s, len(items))]
-    for name, detector in (("stepwise (audio_forward)", SpeechDetector(sequence=False)),
-                           ("sequence", SpeechDetector())):  # fmt: skip
+    for name, detector in (("stepwise (audio_forward)", SpeechDetector(args.device, sequence=False)),
+                           ("sequence", SpeechDetector(args.device))):  # fmt: skip
         for size in [int(s) for s in args.batch_sizes.split(",")]:
             batching = VadBatching(max_items=size)
             wall, (spans, padded) = best_of(lambda: batched(detector, items, batching), args.repeat)
@@ -144,7 +146,7 @@ def main() -> None:
             append_result({"workload": workload, "ours": f"x{audio_s / wall:,.0f} real time ({name})",
                            "peer": f"silero get_speech_timestamps per item: x{audio_s / base:,.0f}",
                            "ratio": f"{base / wall:.1f}x", "memory": "-",
-                           "notes": f"same spans {same}/{len(items)}; torch threads {torch.get_num_threads()}"})  # fmt: skip
+                           "notes": f"batched on {args.device}; same spans {same}/{len(items)}; torch threads {torch.get_num_threads()}"})  # fmt: skip
 
 
 if __name__ == "__main__":

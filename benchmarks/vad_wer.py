@@ -72,7 +72,7 @@ def main() -> None:
             print(f"| {item_id} | {results[True][0][item_id]:.2%} |")
         print(f"| pooled | {results[True][1]:.2%} |\n\nwall: {results[True][2]:.1f} s with --vad ({args.model}, {args.device})")
         return
-    print(f"| file | WER | WER --vad |\n| --- | ---: | ---: |")
+    print("| file | WER | WER --vad |\n| --- | ---: | ---: |")
     for item_id in refs:
         print(f"| {item_id} | {results[False][0][item_id]:.2%} | {results[True][0][item_id]:.2%} |")
     print(f"| pooled | {results[False][1]:.2%} | {results[True][1]:.2%} |")

@@ -129,7 +129,7 @@ def ours(tok: Tokenizer, windows: int, config: EngineConfig) -> dict:
 
 def _breakdown(engine, audio: np.ndarray) -> dict:
     """Device time of the two halves: the encoder per window, one decode step at full slots."""
-    model, encoder, state = engine.model, engine.encoder, engine.slots.state
+    encoder, state = engine.encoder, engine.slots.state
     group = 32
     mel = encoder.features(torch.from_numpy(np.stack([audio] * group)).cuda()).to(encoder.dtype)
     with torch.no_grad():

@@ -21,7 +21,7 @@ from batchscribe.attention.registry import build_backend
 from batchscribe.engine.alignment import Aligner, AlignWindow, PendingAlignment
 from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
-from batchscribe.engine.pinned import PinnedArena
+from batchscribe.engine.pinned import PinnedArena, to_device_async
 from batchscribe.engine.prefill import prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
@@ -119,7 +119,7 @@ class Engine:
                                 staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip
         prompted = [i for i, r in enumerate(requests) if r.sot_index > 0]  # host-known: no device read
         if prompted:
-            rows = torch.tensor(prompted, device=self.device)
+            rows = to_device_async(torch.tensor(prompted), self.device)  # no stream sync: looks stay queued
             length = max(requests[i].sot_index for i in prompted)
             prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
         self.timings["admit_stage"] += t1 - t0

@@ -24,6 +24,15 @@ from collections import deque
 import numpy as np
 import torch
 
+def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A small host tensor on `device` without waiting for the stream: through pinned memory on
+    CUDA (the caching host allocator keeps the block until the copy is done). A plain `.to(cuda)`
+    from pageable memory synchronises the stream, which drains every look queued ahead."""
+    if device.type != "cuda":
+        return host.to(device)
+    return host.pin_memory().to(device, non_blocking=True)
+
+
 ARENA_MAX_BYTES = 1 << 30  # ~4.7 h of 16 kHz float32 audio: every item a GPU run has in flight
 ARENA_RAM_FRACTION = 1 / 16  # never more than this share of the machine's memory
 

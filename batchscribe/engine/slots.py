@@ -15,6 +15,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from batchscribe.engine.pinned import to_device_async
+
 
 @dataclass
 class SlotTensors:
@@ -153,7 +155,7 @@ class Slots:
         if not src.size:
             return n
         dst = np.flatnonzero(~self.occupied[:n])  # [m]: as many holes below n as rows past it
-        src_d, dst_d = (self._to_device(torch.from_numpy(rows)) for rows in (src, dst))
+        src_d, dst_d = (to_device_async(torch.from_numpy(rows), self.device) for rows in (src, dst))
         for t in (*self.state.tensors(), *cache):
             if t.dtype.itemsize == 1 and t.is_floating_point():
                 t = t.view(torch.uint8)  # fp8 K/V: moved as bytes (index_copy_ has no fp8 kernels)
@@ -167,10 +169,3 @@ class Slots:
         self.generation[src] += 1
         self.generation[dst] += 1
         return n
-
-    def _to_device(self, host: torch.Tensor) -> torch.Tensor:
-        """A small host tensor on the device without waiting: through pinned memory on CUDA (the
-        caching host allocator keeps the block until the copy is done)."""
-        if self.device.type != "cuda":
-            return host.to(self.device)
-        return host.pin_memory().to(self.device, non_blocking=True)

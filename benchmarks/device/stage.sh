@@ -9,6 +9,7 @@
 #   run(carry=[".stage/p3"],          command="bash benchmarks/device/call_c.sh COMMIT")  (train-clean-5 W1)
 #   run(carry=[],                     command="bash benchmarks/device/call_w1.sh COMMIT")  (W1, words, prompt)
 #   run(carry=[".stage/p3", ".stage/p4"], command="bash benchmarks/device/call_ray.sh COMMIT")  (one GPU actor)
+#   run(carry=[".stage/p5"],          command="bash benchmarks/device/call_vad.sh COMMIT")  (--vad on CUDA)
 # With BEFORE=COMMIT, ab.sh then runs W1/W2 on that commit and this checkout in one call (carry .before).
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
@@ -52,5 +53,9 @@ pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementa
 for w in /tmp/bs_ray/*.whl; do unzip -q -o "$w" -d /tmp/bs_ray/x; done
 rm -rf /tmp/bs_ray/x/ray/jars /tmp/bs_ray/x/ray/rllib /tmp/bs_ray/x/ray/dashboard/client/build
 tar cJf .stage/p4/ray.tar.xz -C /tmp/bs_ray/x .
+# --vad for call_vad.sh: silero-vad's wheel (it ships its model; the image has none) and the long-form files.
+mkdir -p .stage/p5/data
+pip download -q --no-deps --only-binary=:all: -d .stage/p5 "silero-vad==$(python -c 'from importlib.metadata import version; print(version("silero-vad"))')"
+cp -r ../shared/data/longform .stage/p5/data/
 sha256sum "$tiny/model.safetensors"
-du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4  # each call carries at most 64 MiB with the checkout
+du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4 .stage/p5  # each call carries at most 64 MiB with the checkout

@@ -33,3 +33,27 @@ def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
 def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
     graphed, plain, _ = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
     assert graphed == plain
+
+
+def test_a_prompted_admission_never_waits_for_the_gpu(tiny_en_dir, utterances) -> None:
+    """The prefill's row index reaches the device without a stream sync: one would drain the looks
+    queued ahead at every admission (a 100-token prompt cost W1 a third of its rate that way)."""
+    import torch
+
+    from batchscribe.api import Transcriber
+
+    t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, initial_prompt=PROMPT, **GREEDY)
+    engine = t.scheduler().engine
+    admit, prompted = engine.admit, []
+
+    def strict(requests, slots):  # any synchronising call inside admit raises
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            admit(requests, slots)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        prompted.append(sum(r.sot_index > 0 for r in requests))
+
+    engine.admit = strict
+    out = records(t.scheduler(), utterances[:12])
+    assert sum(prompted) == 12 and len(out) == 12  # each item's first window was admitted with its prompt
