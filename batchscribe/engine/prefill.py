@@ -14,9 +14,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.whisper import Whisper
+
+# Not cuDNN's attention: it builds an execution graph on the host for every new shape, and this pass
+# runs eagerly at a new group size at almost every admission (docs/GPU_NOTES.md, fourteenth session).
+EAGER_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 @torch.no_grad()
@@ -27,6 +32,11 @@ def prefill_prompts(
     slots: torch.Tensor,  # [G] long: where the rows' K/V go (cross K/V already written there)
 ) -> None:
     """Write self-attention K/V for positions [0, P) of each row into `slots` of `cache`."""
+    with sdpa_kernel(EAGER_BACKENDS):
+        _prefill(model, cache, tokens, slots)
+
+
+def _prefill(model: Whisper, cache: DecoderCache, tokens: torch.Tensor, slots: torch.Tensor) -> None:
     dec = model.decoder
     length = tokens.shape[1]
     positions = torch.arange(length, device=tokens.device)

@@ -12,6 +12,7 @@ from batchscribe.engine.prefill import prefill_prompts
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
+from tests.marks import needs_cuda
 
 DIMS = ModelDims(n_mels=80, n_vocab=300, n_audio_ctx=20, n_audio_state=32, n_audio_head=4, n_audio_layer=2,
                  n_text_ctx=24, n_text_state=32, n_text_head=4, n_text_layer=3)  # fmt: skip
@@ -40,3 +41,29 @@ def test_prefill_writes_what_the_steps_write(hnd: bool, cross_dtype: torch.dtype
                 # What a row's own steps will read: its prompt positions.
                 torch.testing.assert_close(a[slot, : lengths[row]], b[slot, : lengths[row]], rtol=1e-5, atol=1e-5)
             assert not a[[0, 2]].any()  # other slots untouched
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_on_cuda_the_prefill_never_plans_cudnn_attention() -> None:
+    """cuDNN's attention plans a graph on the host per new shape; the eager prefill meets a new
+    group size at almost every admission, so it must take another SDPA kernel, and still write what
+    the steps write."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.manual_seed(0)
+    model = Whisper(DIMS).eval().to("cuda", torch.float16)
+    enc = torch.randn(2, DIMS.n_audio_ctx, DIMS.n_audio_state, device="cuda", dtype=torch.float16)
+    slots, tokens = torch.tensor([3, 1], device="cuda"), torch.randint(0, DIMS.n_vocab, (2, 7), device="cuda")
+    caches = [DecoderCache.allocate(DIMS, 4, "cuda", torch.float16, None, True) for _ in range(2)]
+    for cache in caches:
+        model.write_cross_kv(cache, enc, slots)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        prefill_prompts(model, caches[0], tokens, slots)
+    names = {e.name for e in prof.events()}
+    assert any("attention" in n for n in names) and not any("cudnn_attention" in n for n in names), sorted(names)
+    backend = SdpaBackend(cross_hnd=True)
+    for pos in range(tokens.shape[1]):
+        model.decode_step(caches[1], tokens[:, pos], torch.full((2,), pos, device="cuda"), slots, pos + 1, backend)
+    for layer in range(DIMS.n_text_layer):
+        torch.testing.assert_close(caches[0].self_k[layer][slots], caches[1].self_k[layer][slots], rtol=2e-3, atol=2e-3)
