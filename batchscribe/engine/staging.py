@@ -4,7 +4,9 @@ the device with a few asynchronous copies, then padded there.
 Two host buffers alternate (pinned on CUDA; pinned allocations are slow, so they are made once),
 so an admission waits only for the copy of the admission before last. Only the real samples cross
 to the device; zero padding is made there. Samples that decode threads wrote into the pinned arena
-are copied by DMA as they are, not packed first.
+are copied by DMA as they are, not packed first, so a buffer's audio part (n_slots windows, ~0.5
+GB pinned at 256 slots) is made only when a group first has samples outside the arena: a GPU run
+whose items all decode into the arena never pays for it at start-up.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ _A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_SOT, _A_PROMPT =
 class _Buffers:
     """One of the two alternating host buffers (pinned on CUDA)."""
 
-    audio: torch.Tensor  # [n_slots * N_SAMPLES] float32: the group's real samples, concatenated
+    audio: torch.Tensor | None  # [n_slots * N_SAMPLES] float32: the group's real samples, concatenated (made on first use)
     ints: torch.Tensor  # [n_slots, _A_PROMPT + n_text_ctx] int64: _A_* columns, then the prompt row
     floats: torch.Tensor  # [n_slots] float32: temperature
     copied: torch.cuda.Event | None  # recorded after the last copy out of these buffers (CUDA)
@@ -83,7 +85,7 @@ class Stager:
     def _new_buffers(self) -> _Buffers:
         pin = self.pinned
         return _Buffers(
-            audio=torch.empty(self.n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=pin),
+            audio=None,
             ints=torch.zeros(self.n_slots, _A_PROMPT + self.n_ctx, dtype=torch.long, pin_memory=pin),
             floats=torch.zeros(self.n_slots, dtype=torch.float32, pin_memory=pin),
             copied=torch.cuda.Event() if pin else None,
@@ -161,6 +163,8 @@ class Stager:
                  for r, n, start in zip(requests, lengths.tolist(), offsets.tolist())]  # fmt: skip
         picked = [(a, start) for a, start, pinned in parts if pinned]
         packed = bool(total) and len(picked) < len(requests)
+        if packed and buf.audio is None:
+            buf.audio = torch.empty(self.n_slots * N_SAMPLES, dtype=torch.float32, pin_memory=self.pinned)
         if packed and not picked:
             np.concatenate([a for a, _, _ in parts], out=buf.audio[:total].numpy())
         elif packed:

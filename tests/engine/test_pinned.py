@@ -135,6 +135,8 @@ def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir,
         arena = t.scheduler().engine.arena
         if threads and arena_on is None:  # every utterance fit: all of them went through the arena
             assert arena is not None and arena.fallbacks == 0
+            # nothing was packed, so the staging buffers never made their packed samples
+            assert [b.audio for b in t.scheduler().engine.staging.buffers] == [None, None]
             gc.collect()
             assert arena.in_use() == 0  # every range given back
         else:

@@ -62,6 +62,34 @@ def test_staging_pads_like_pad_or_trim(tiny_en_dir) -> None:
     assert state.running.tolist() == [False, True, False, False, True, False]
 
 
+def test_a_buffer_makes_its_packed_samples_only_when_a_group_first_has_samples_outside_the_arena(tiny_en_dir) -> None:
+    """The packed part (n_slots windows, ~0.5 GB pinned at 256 slots on CUDA) is start-up time a
+    run whose items all decode into the arena never needs: it is made on first use, per buffer."""
+    from batchscribe.api import Transcriber
+
+    transcriber = Transcriber(str(tiny_en_dir), device="cpu")
+    staging = transcriber.build_scheduler(DecodeOptions(), dataclasses.replace(transcriber.config, n_slots=4)).engine.staging
+    arena = staging.arena = PinnedArena(4 * N_SAMPLES, pin=False)
+    prompt = transcriber.tokenizer.sot_sequence(None, "transcribe", False)
+    rng = np.random.default_rng(2)
+
+    def request(audio: np.ndarray) -> WindowRequest:
+        return WindowRequest(0, audio, prompt, False, 0.0)
+
+    assert [b.audio for b in staging.buffers] == [None, None]
+    in_arena = arena.allocate(16000)
+    in_arena[:] = rng.standard_normal(16000)
+    for group in ([request(in_arena)], [request(np.zeros(0, np.float32))], [request(in_arena)]):
+        got = staging.stage(group, [0])
+        assert torch.equal(got.audio[0], pad_or_trim(torch.as_tensor(group[0].audio), N_SAMPLES))
+    assert [b.audio for b in staging.buffers] == [None, None]  # arena samples and empty windows only
+    plain = rng.standard_normal(8000).astype(np.float32)
+    got = staging.stage([request(plain)], [0])
+    assert torch.equal(got.audio[0], pad_or_trim(torch.as_tensor(plain), N_SAMPLES))
+    made = [b.audio is not None for b in staging.buffers]
+    assert made.count(True) == 1 and staging.buffers[made.index(True)].audio.numel() == 4 * N_SAMPLES
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_staging_on_cuda(tiny_en_dir) -> None:
