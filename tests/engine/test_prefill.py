@@ -66,4 +66,4 @@ def test_on_cuda_the_prefill_never_plans_cudnn_attention() -> None:
     for pos in range(tokens.shape[1]):
         model.decode_step(caches[1], tokens[:, pos], torch.full((2,), pos, device="cuda"), slots, pos + 1, backend)
     for layer in range(DIMS.n_text_layer):
-        torch.testing.assert_close(caches[0].self_k[layer][slots], caches[1].self_k[layer][slots], rtol=2e-3, atol=2e-3)
+        torch.testing.assert_close(caches[0].self_k[layer][slots], caches[1].self_k[layer][slots], rtol=1e-2, atol=1e-2)
