@@ -5,9 +5,12 @@ Two daemon threads: one reads the source (decoded items, which may block on deco
 `pending`; the other takes a batch from `pending` (bounded by `VadBatching`), scores it at once
 (`SpeechDetector.detect`) and appends the items with their `Speech` to `ready`, in input order.
 On CUDA the model runs on the engine's device, on the CPU with torch's threads. A batch is
-computed once `pending` holds a full one, the source has ended, or `ready` is empty (the consumer
-may be waiting: nothing waits for a batch to fill). Memory stays bounded: `pending` holds at most
-a batch, `ready` at most two.
+computed once `pending` holds a full one, the source has ended, the consumer holds nothing and
+has nothing ready (it waits: nothing waits for a batch to fill then), or the oldest pending item
+has waited `wait_seconds`. A consumer that steps items meanwhile would otherwise empty `ready` at
+every ask and get the speech of one or two items per call, each call a fixed cost on a GPU. Memory
+stays bounded: `pending` holds at most a batch, `ready` at most `ready_items` items or
+`ready_seconds` of audio (past one batch), enough to fill a GPU engine's slots.
 
 The consumer (the scheduler, through `__next__`) takes from `ready`; with nothing ready it gets
 None ("nothing ready yet": it steps the items it holds) while items it was handed are unfinished,
@@ -41,10 +44,17 @@ class VadBatching:
 
     max_items: int = 64
     max_seconds: float = 1800.0
+    wait_seconds: float = 0.02  # the longest a pending item waits for its batch to fill
+    ready_items: int = 256  # scored items waiting for the consumer: a GPU engine's slots' worth
+    ready_seconds: float = 3600.0  # ... and at most this much audio (long files), past one batch
 
     def full(self, lengths: list[int]) -> bool:
         """True when items of these sample counts are a whole batch."""
         return len(lengths) >= self.max_items or sum(lengths) >= self.max_seconds * SAMPLE_RATE
+
+    def ready_full(self, lengths: list[int]) -> bool:
+        """True when scored items of these sample counts are as many as the consumer may have waiting."""
+        return len(lengths) >= max(self.ready_items, 1) or sum(lengths) >= self.ready_seconds * SAMPLE_RATE
 
     def take(self, lengths: list[int]) -> int:
         """How many of the leading items form the next batch (at least one)."""
@@ -70,6 +80,7 @@ class SpeechStage:
         self._source, self._detector, self.batching = source, detector, batching
         self._cond = threading.Condition()
         self._pending: deque[tuple] = deque()  # read, not yet scored
+        self._arrived: deque[float] = deque()  # when each pending entry was read (monotonic)
         self._ready: deque[tuple] = deque()  # scored, not yet handed on
         self._read_all = self._scored_all = self._closed = False
         self._source_error: BaseException | None = None  # raised once what came before it is handed on
@@ -105,6 +116,7 @@ class SpeechStage:
         """An item's transcript came back; its VAD error (for its error record), or None."""
         with self._cond:
             self._held -= 1
+            self._cond.notify_all()  # holding nothing, the consumer may be owed a partial batch
             return self._errors.pop(item_id, None)
 
     def close(self) -> None:
@@ -151,6 +163,7 @@ class SpeechStage:
             if self._closed:
                 return False
             self._pending.append(entry)
+            self._arrived.append(time.monotonic())
             self._cond.notify_all()
             return True
 
@@ -164,13 +177,19 @@ class SpeechStage:
                     self._scored_all = True
                     self._cond.notify_all()
                     return None
-                due = self.batching.full(self._lengths(self._pending)) or self._read_all or not self._ready
-                if self._pending and due and not self.batching.full(self._lengths(self._ready)):
-                    n = self.batching.take(self._lengths(self._pending))
-                    batch = [self._pending.popleft() for _ in range(n)]
-                    self._cond.notify_all()  # room in pending for the reader
-                    return batch
-                self._cond.wait()
+                timeout = None
+                if self._pending and not self.batching.ready_full(self._lengths(self._ready)):
+                    left = self.batching.wait_seconds - (time.monotonic() - self._arrived[0])
+                    starving = not self._ready and not self._held
+                    if self.batching.full(self._lengths(self._pending)) or self._read_all or starving or left <= 0:
+                        n = self.batching.take(self._lengths(self._pending))
+                        batch = [self._pending.popleft() for _ in range(n)]
+                        for _ in range(n):
+                            self._arrived.popleft()
+                        self._cond.notify_all()  # room in pending for the reader
+                        return batch
+                    timeout = left
+                self._cond.wait(timeout)
 
     def _score(self) -> None:
         try:

@@ -197,3 +197,77 @@ def test_a_crash_of_the_scoring_thread_is_raised_to_the_consumer() -> None:
     with SpeechStage(iter([_item(0), _item(1)]), Broken()) as stage:
         with pytest.raises(Bug):
             next(stage)
+
+
+def _trickle(n: int, every: float) -> Iterator[tuple]:
+    """A source whose items come as decode threads hand them on: one every `every` seconds."""
+    for k in range(n):
+        time.sleep(every)
+        yield _item(k, 0.1)
+
+
+def test_a_consumer_stepping_what_it_holds_gets_whole_batches() -> None:
+    """A scheduler with free slots asks at every look and steps what it holds: it must not be
+    handed the speech of one or two items per detector call. While it holds items, a batch waits
+    for its fill (or `wait_seconds`); only a consumer with nothing to step gets a partial one."""
+    detector, batching = Recorder(), VadBatching(max_items=8, wait_seconds=30.0)
+    got, held = [], []
+    with SpeechStage(_trickle(40, 0.002), detector, batching) as stage:
+        for entry in stage:  # never finishes what it holds until the end: the engine is busy
+            if entry is not None:
+                got.append(entry[0])
+                held.append(entry[0])
+            else:
+                time.sleep(0.001)  # one look
+            if len(got) == 40:
+                break
+        for item_id in held:
+            stage.finished(item_id)
+    assert got == [f"i{k}" for k in range(40)]
+    sizes = [len(b) for b in detector.batches]
+    assert sizes[0] < 8 and sizes[1:] == [8] * ((40 - sizes[0]) // 8) + ([(40 - sizes[0]) % 8] if (40 - sizes[0]) % 8 else []), sizes
+
+
+def test_a_partial_batch_waits_at_most_wait_seconds_while_the_consumer_holds_items() -> None:
+    """The source stays open (a decode still running), so only the deadline releases the batch."""
+    handed, done = threading.Event(), threading.Event()
+
+    def source() -> Iterator[tuple]:
+        yield _item(0, 0.1)
+        handed.wait(timeout=30)
+        yield from (_item(k, 0.1) for k in (1, 2))
+        done.wait(timeout=30)
+
+    with SpeechStage(source(), Recorder(), VadBatching(max_items=64, wait_seconds=0.3)) as stage:
+        first = next(stage)  # scored alone: the consumer held nothing
+        assert first is not None  # held from now on: the others wait for a fuller batch, but not forever
+        handed.set()
+        t0, rest = time.monotonic(), []
+        while len(rest) < 2 and time.monotonic() - t0 < 10:
+            entry = next(stage)
+            if entry is None:
+                time.sleep(0.005)
+            else:
+                rest.append(entry[0])
+        waited = time.monotonic() - t0
+        done.set()
+    assert [first[0], *rest] == ["i0", "i1", "i2"]
+    assert waited < 5.0
+
+
+def test_ready_holds_an_engines_slots_worth_past_one_batch() -> None:
+    """A GPU engine admits up to its slots at once: the stage scores ahead until `ready` holds
+    `ready_items` (one batch would cap the engine at a batch of rows), and no further."""
+    items = [_item(k, 0.1) for k in range(100)]
+    batching = VadBatching(max_items=8, ready_items=40)
+    with SpeechStage(iter(items), Recorder(), batching) as stage:
+        first = next(stage)  # held: the consumer steps while the stage scores ahead
+        deadline = time.monotonic() + 10
+        while len(stage._ready) < 40 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # had it no bound, it would score on
+        ahead = len(stage._ready)
+        stage.finished(first[0])
+        rest = [e for e, _ in _drain(stage)]
+    assert 40 <= ahead < 48
+    assert [first[0]] + [e[0] for e in rest] == [i for i, _ in items]
