@@ -24,6 +24,7 @@ from collections import deque
 import numpy as np
 import torch
 
+
 def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A small host tensor on `device` without waiting for the stream: through pinned memory on
     CUDA (the caching host allocator keeps the block until the copy is done). A plain `.to(cuda)`

@@ -31,7 +31,7 @@ _A_SLOT, _A_LENGTH, _A_SHIFT, _A_BEGIN, _A_DETECT, _A_NOISE, _A_SOT, _A_PROMPT =
 class _Buffers:
     """One of the two alternating host buffers (pinned on CUDA)."""
 
-    audio: torch.Tensor | None  # [n_slots * N_SAMPLES] float32: the group's real samples, concatenated (made on first use)
+    audio: torch.Tensor | None  # [n_slots * N_SAMPLES] float32: a group's real samples, concatenated; made on first use
     ints: torch.Tensor  # [n_slots, _A_PROMPT + n_text_ctx] int64: _A_* columns, then the prompt row
     floats: torch.Tensor  # [n_slots] float32: temperature
     copied: torch.cuda.Event | None  # recorded after the last copy out of these buffers (CUDA)
