@@ -172,11 +172,3 @@ class SpeechDetector:
             for k, probs in zip(group, self.probabilities([audios[k] for k in group])):
                 found[k] = _item_speech(probs, len(audios[k]))
         return found
-
-    def speech(self, audio: np.ndarray) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        """One item's speech spans and their chunks (at most 30 s each, see merge_spans), as
-        (start, end) samples; padded spans that overlap are joined into one. ValueError: `error`."""
-        found = self.detect([audio])[0]
-        if found.error is not None:
-            raise ValueError(found.error)
-        return list(found.spans), list(found.chunks)

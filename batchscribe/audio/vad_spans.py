@@ -135,9 +135,12 @@ def padded(spans: list[tuple[int, int]], n_samples: int, pad: int) -> list[tuple
             continue
         after = out[k + 1]
         gap = after[0] - span[1]
-        widen = gap // 2 if gap < 2 * pad else pad
-        span[1] = span[1] + widen if gap < 2 * pad else min(n_samples, span[1] + pad)
-        after[0] = max(0, after[0] - widen)
+        if gap < 2 * pad:  # close spans: half the gap each
+            span[1] += gap // 2
+            after[0] = max(0, after[0] - gap // 2)
+        else:
+            span[1] = min(n_samples, span[1] + pad)
+            after[0] = max(0, after[0] - pad)
     return [(int(s), int(e)) for s, e in out]
 
 

@@ -36,7 +36,7 @@ def test_segments_and_words_map_back_to_the_clips(tiny_en_dir, utterances) -> No
     from batchscribe.audio.vad import SpeechDetector
 
     audio, spans = _spliced(utterances)
-    _, chunks = SpeechDetector().speech(audio)
+    chunks = SpeechDetector().detect([audio])[0].chunks
     assert all(e - s <= 30 * 16000 for s, e in chunks)
     t = Transcriber(str(tiny_en_dir), device="cpu", batch_size=4, vad=True, word_timestamps=True,
                     temperatures=(0.0,))  # fmt: skip
