@@ -85,6 +85,45 @@ def torch_green(num_sms: int):
         return None
 
 
+def _on(stream, graph, n: int) -> None:
+    with torch.cuda.stream(stream):
+        for _ in range(n):
+            graph.replay()
+
+
+def _steps_on(stream, graph, n: int, reset) -> None:
+    with torch.cuda.stream(stream):
+        for k in range(n):
+            if k % 25 == 0:
+                reset()
+            graph.replay()
+
+
+def _together(step_stream, step_graph, n_step: int, enc_stream, enc_graph, n_enc: int, reset) -> float:
+    """Both streams' replays, launched interleaved in proportion, from a common start."""
+    main = torch.cuda.current_stream()
+
+    def launch() -> None:
+        step_stream.wait_stream(main)
+        enc_stream.wait_stream(main)
+        k_s = k_e = 0
+        while k_s < n_step or k_e < n_enc:
+            if k_e < n_enc and (k_e * n_step <= k_s * n_enc or k_s >= n_step):
+                with torch.cuda.stream(enc_stream):
+                    enc_graph.replay()
+                k_e += 1
+            else:
+                with torch.cuda.stream(step_stream):
+                    if k_s % 25 == 0:
+                        reset()
+                    step_graph.replay()
+                k_s += 1
+        main.wait_stream(step_stream)
+        main.wait_stream(enc_stream)
+
+    return timed(launch)
+
+
 def timed(launch) -> float:
     """Wall seconds of `launch()` with the device drained before and after."""
     torch.cuda.synchronize()
@@ -153,26 +192,7 @@ def main() -> None:
                 enc_graph.replay()
 
     def together(step_stream, enc_stream) -> float:
-        main = torch.cuda.current_stream()
-
-        def launch() -> None:
-            step_stream.wait_stream(main)
-            enc_stream.wait_stream(main)
-            # Interleaved launches, so neither stream's queue is filled before the other starts.
-            k_s = k_e = 0
-            while k_s < n_step or k_e < n_enc:
-                if k_e < n_enc and (k_e * n_step <= k_s * n_enc or k_s >= n_step):
-                    with torch.cuda.stream(enc_stream):
-                        enc_graph.replay()
-                    k_e += 1
-                else:
-                    with torch.cuda.stream(step_stream):
-                        step(k_s)
-                    k_s += 1
-            main.wait_stream(step_stream)
-            main.wait_stream(enc_stream)
-
-        return timed(launch)
+        return _together(step_stream, step_graph, n_step, enc_stream, enc_graph, n_enc, reset_positions)
 
     results = {}
     default = torch.cuda.current_stream()
@@ -182,26 +202,59 @@ def main() -> None:
     side, high, low = torch.cuda.Stream(), torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=0)
     results["side stream"] = together(default, side)
     results["priorities (steps high)"] = together(high, low)
+    audio = engine.encoder_graphs.audio[chunk]
+    slot_ids = engine.encoder_graphs.slot_ids[chunk]
+
+    def capture(fn, stream):
+        """fn captured on `stream` (a green context's: its kernels may keep that context's SMs)."""
+        graph = torch.cuda.CUDAGraph()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()  # warm-up on that stream
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
+            fn()
+        torch.cuda.synchronize()
+        return graph
+
     for k in args.sms:
         made = torch_green(k)
-        green = made[1] if made else None
-        source = "torch"
-        rest = None
-        if green is None:
-            try:
-                driver = DriverGreen(k)
-            except Exception as e:  # noqa: BLE001
-                print(f"driver green context ({k} SMs): {type(e).__name__}: {e}", flush=True)
-                continue
-            green, rest, source = driver.stream, driver.rest_stream, f"driver ({driver.sms} of {driver.total} SMs)"
-        results[f"encoder alone, green {k} ({source})"] = timed(lambda: encodes(green))
-        results[f"green {k}: encoder there, steps whole GPU high"] = together(high, green)
-        if rest is not None:
-            results[f"steps alone, green rest of {k}"] = timed(lambda: steps(rest))
-            results[f"green {k}: encoder there, steps on the rest"] = together(rest, green)
+        if made is not None:
+            ctx, green = made
+            print(f"torch green context {k}: has Stream(): {hasattr(ctx, 'Stream')}", flush=True)
+            results[f"encoder alone, torch green {k}, primary graph"] = timed(lambda: encodes(green))
+        try:
+            driver = DriverGreen(k)
+        except Exception as e:  # noqa: BLE001
+            print(f"driver green context ({k} SMs): {type(e).__name__}: {e}", flush=True)
+            continue
+        green, rest = driver.stream, driver.rest_stream
+        tag = f"green {driver.sms}/{driver.total}"
+        results[f"encoder alone, {tag}, primary graph"] = timed(lambda: encodes(green))
+
+        def eager_encodes(green=green) -> None:
+            with torch.cuda.stream(green):
+                for _ in range(n_enc):
+                    engine.encoder(audio, slot_ids)
+
+        results[f"encoder alone, {tag}, eager"] = timed(eager_encodes)
+        try:
+            enc_green = capture(lambda: engine.encoder(audio, slot_ids), green)
+        except Exception as e:  # noqa: BLE001
+            print(f"capture on {tag}: {type(e).__name__}: {e}", flush=True)
+            continue
+        results[f"encoder alone, {tag}, graph captured there"] = timed(lambda: _on(green, enc_green, n_enc))
+        if rest is None:
+            continue
+        reset_positions()
+        step_rest = capture(lambda: engine.look(graphs.buckets[-1], kv, False), rest)
+        results[f"steps alone, rest {driver.rest_sms}, graph captured there"] = timed(lambda: _steps_on(rest, step_rest, n_step, reset_positions))
+        results[f"{tag}: encoder graph there, steps graph on the rest"] = _together(rest, step_rest, n_step, green, enc_green, n_enc, reset_positions)
+        results[f"{tag}: encoder graph there, steps on the whole GPU (high)"] = _together(high, step_graph, n_step, green, enc_green, n_enc, reset_positions)
     print(f"\nserial (steps alone + encoder alone): {serial:.3f} s")
     for name, seconds in results.items():
-        gain = f"  {serial / seconds:.2f}x of serial" if ":" in name or "stream" in name or "priorities" in name else ""
+        gain = f"  {serial / seconds:.2f}x of serial" if "alone" not in name else ""
         print(f"{name:<60}{seconds:>8.3f} s{gain}")
     print(json.dumps({"step_ms": step_s * 1e3, "enc_ms": enc_s * 1e3, **results}))
 
