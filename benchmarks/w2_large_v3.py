@@ -42,6 +42,9 @@ ARCHS = {"large-v3": LARGE_V3, "turbo": TURBO}
 # The workload, set by main() from --arch / --tokens (W2: large-v3 and 128; W4: turbo and 32).
 ARCH = LARGE_V3
 TOKENS = 128
+# --tokens-from: each window's own number of tokens (cycled in admission order); TOKENS is then
+# their maximum, the decoding options' sample_len.
+BUDGETS: list[int] = []
 
 
 def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
@@ -64,7 +67,36 @@ def large_v3_tokenizer(base_folder: Path, out: Path) -> Tokenizer:
 
 def mid_kv() -> int:
     """The prompt, then half a window: the mean self-attention length."""
-    return 4 + TOKENS // 2
+    return 4 + round(np.mean(BUDGETS) if BUDGETS else TOKENS) // 2
+
+
+def transcript_budgets(path: Path, tok: Tokenizer, column: str = "text") -> list[int]:
+    """Tokens a window of each row decodes: its reference as Whisper writes it (sentence case, a
+    full stop; LibriSpeech's are upper case without punctuation), then end-of-text."""
+    import pyarrow.parquet as pq
+
+    texts = pq.read_table(path, columns=[column]).column(column).to_pylist()
+    return [len(tok.encode(" " + t.strip().lower().capitalize() + ".")) + 1 for t in texts]
+
+
+def budget_admissions(engine, budgets: list[int]) -> None:
+    """Give each admitted window the next budget of `budgets` (cycled): its slot's last sampled
+    position, written behind the admission's own set-up in stream order. EOT stays suppressed, so
+    a window decodes exactly its budget."""
+    from itertools import cycle
+
+    from batchscribe.engine.pinned import to_device_async
+
+    admit, order = engine.admit, cycle(budgets)
+
+    def admit_with_budgets(requests, slots) -> None:
+        admit(requests, slots)
+        ends = [len(r.prompt) + next(order) - 1 for r in requests]
+        state = engine.slots.state
+        index = to_device_async(torch.tensor(list(slots[: len(requests)])), engine.device)
+        state.sample_end.index_copy_(0, index, to_device_async(torch.tensor(ends), engine.device))
+
+    engine.admit = admit_with_budgets
 
 
 def random_model(dtype: torch.dtype) -> Whisper:
@@ -102,6 +134,8 @@ def ours(tok: Tokenizer, windows: int, config: EngineConfig) -> dict:
     rng = np.random.default_rng(0)
     audio = (rng.standard_normal(16000 * 30) * 0.1).astype(np.float32)
     list(sched.run((f"warm{i}", audio) for i in range(min(engine.n_slots, 32))))  # warm-up
+    if BUDGETS:
+        budget_admissions(engine, BUDGETS)
     common.sync()
     sched.timings.clear(), engine.timings.clear()  # count the timed run only
     torch.cuda.reset_peak_memory_stats()
@@ -118,6 +152,10 @@ def ours(tok: Tokenizer, windows: int, config: EngineConfig) -> dict:
     n_tokens = [sum(len([t for t in s["tokens"] if t < tok.eot]) for s in r["segments"]) for r in records]
     # Text tokens only: an occasional timestamp-like or special token is not counted.
     assert len(records) == windows
+    if BUDGETS:  # every window decoded exactly its budget (EOT suppressed, so no step is lost)
+        sampled = sorted(sum(len(s["tokens"]) for s in r["segments"]) for r in records)
+        expected = sorted(BUDGETS[k % len(BUDGETS)] for k in range(windows))
+        assert sampled == expected, (sampled[:8], expected[:8])
     slots = engine.n_slots  # fewer than asked if allocating them ran out of memory
     del engine, sched, model
     torch.cuda.empty_cache()
@@ -161,15 +199,20 @@ def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -
     gc.lang_to_id, gc.task_to_id = {"<|en|>": 50259}, {"transcribe": 50360, "translate": 50359}
     gc.no_timestamps_token_id, gc.is_multilingual, gc.forced_decoder_ids = 50364, True, None
 
-    def one() -> torch.Tensor:
+    def one(tokens: int = TOKENS) -> torch.Tensor:
         if whisper_generate:  # WhisperForConditionalGeneration.generate, as users call it
             return model.generate(feats, language="en", task="transcribe", return_timestamps=False,
-                                  max_new_tokens=TOKENS, min_new_tokens=TOKENS)  # fmt: skip
+                                  max_new_tokens=tokens, min_new_tokens=tokens)  # fmt: skip
         # The plain GenerationMixin loop under it, without Whisper's own bookkeeping.
         return super(transformers.WhisperForConditionalGeneration, model).generate(
-            input_features=feats, decoder_input_ids=prompt, max_new_tokens=TOKENS,
-            min_new_tokens=TOKENS, do_sample=False, num_beams=1)  # fmt: skip
+            input_features=feats, decoder_input_ids=prompt, max_new_tokens=tokens,
+            min_new_tokens=tokens, do_sample=False, num_beams=1)  # fmt: skip
 
+    rounds = max(1, windows // batch)
+    # With --tokens-from a batch steps until its longest row has ended, as generate does with real
+    # audio: its batches take the budgets in order, as the engine's admissions do.
+    lengths = [max(BUDGETS[(r * batch + i) % len(BUDGETS)] for i in range(batch)) for r in range(rounds)] \
+        if BUDGETS else [TOKENS] * rounds  # fmt: skip
     with torch.no_grad():
         out = one()  # warm-up
         # transformers may or may not return the forced prompt in front of the new tokens.
@@ -178,9 +221,8 @@ def peer(batch: int, windows: int, dtype: torch.dtype, whisper_generate: bool) -
         common.sync()
         torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        rounds = max(1, windows // batch)
-        for _ in range(rounds):
-            one()
+        for tokens in lengths:
+            one(tokens)
         common.sync()
         seconds = time.perf_counter() - t0
     torch.cuda.empty_cache()
@@ -196,6 +238,9 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
     ap.add_argument("--name", default=name, help="the workload's name in the table and RESULTS.md")
     ap.add_argument("--arch", choices=sorted(ARCHS), default=arch)
     ap.add_argument("--tokens", type=int, default=tokens, help="generated tokens per window (EOT suppressed)")
+    ap.add_argument("--tokens-from", type=Path, help="a Parquet with a text column: each window decodes as "
+                    "many tokens as a row's transcript (+ end-of-text), rows cycled in admission order; "
+                    "transformers' batches each decode their longest")
     ap.add_argument("--durations-from", type=Path, help="a Parquet with duration_s: report the RTFx implied "
                     "at those clips' mean duration")
     ap.add_argument("--windows", type=int, default=1024)
@@ -212,6 +257,11 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
     dims = ModelDims.from_hf_config(ARCH)
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
+    if args.tokens_from:
+        BUDGETS[:] = transcript_budgets(args.tokens_from, tok)
+        TOKENS = max(BUDGETS)
+        print(f"--tokens-from: {len(BUDGETS)} transcripts, {np.mean(BUDGETS):.1f} tokens a window "
+              f"(min {min(BUDGETS)}, max {TOKENS})", flush=True)  # fmt: skip
     results = []
     for config in args.configs:
         attention, cross_kv, encoder_precision = (config.split(":") + ["auto"])[:3]
@@ -223,11 +273,13 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
         results.append(r)
     peers = [peer(b, args.peer_windows, dtype, w) for b in args.peer_batch for w in (True, False)]
     best = max(peers, key=lambda p: p["windows_per_s"]) if peers else None
-    print(f"\n{args.name} {args.arch} random bf16, {TOKENS} tokens/window, {common.hardware()}, commit {common.commit()}")
+    per_window = f"{np.mean(BUDGETS):.1f} tokens/window ({args.tokens_from.name}'s transcripts)" if BUDGETS \
+        else f"{TOKENS} tokens/window"  # fmt: skip
+    print(f"\n{args.name} {args.arch} random bf16, {per_window}, {common.hardware()}, commit {common.commit()}")
     print(f"{'system':<44}{'windows/s':>12}{'tokens/s':>12}{'peak mem':>12}")
     for r in results:
         print(f"{'batchscribe ' + r['config'] + ' (' + str(r['slots']) + ' slots)':<44}{r['windows_per_s']:>12.1f}"
-              f"{r['windows_per_s'] * TOKENS:>12.0f}{r['memory']:>12}")  # fmt: skip
+              f"{r['windows_per_s'] * r['tokens_per_window']:>12.0f}{r['memory']:>12}")  # fmt: skip
     for p in peers:
         print(f"{p['name']:<44}{p['windows_per_s']:>12.1f}"
               f"{p['windows_per_s'] * TOKENS:>12.0f}{p['memory']:>12}")  # fmt: skip
@@ -242,7 +294,7 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
             print(f"{r['config']}: {r['windows_per_s']:.1f} windows/s{rtfx}")
             if not args.no_append:
                 common.append_result({
-                    "workload": f"{args.name} {args.arch} random bf16, {TOKENS} tok/window, attention:cross_kv[:encoder] {r['config']}",
+                    "workload": f"{args.name} {args.arch} random bf16, {per_window.replace('tokens/window', 'tok/window')}, attention:cross_kv[:encoder] {r['config']}",
                     "ours": f"{r['windows_per_s']:.1f} windows/s ({r['slots']} slots)",
                     "peer": "; ".join(f"transformers {p['name']}: {p['windows_per_s']:.1f} windows/s" for p in peers),
                     "ratio": f"{ratio:.2f}x", "memory": r["memory"], "capture": f"{r['capture_s']:.1f} s",

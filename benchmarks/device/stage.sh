@@ -10,6 +10,7 @@
 #   run(carry=[],                     command="bash benchmarks/device/call_w1.sh COMMIT")  (W1, words, prompt)
 #   run(carry=[".stage/p3", ".stage/p4"], command="bash benchmarks/device/call_ray.sh COMMIT")  (one GPU actor)
 #   run(carry=[".stage/p5"],          command="bash benchmarks/device/call_vad.sh COMMIT")  (--vad on CUDA)
+#   run(carry=[".stage/p6"],          command="bash benchmarks/device/call_overlap.sh COMMIT")  (encoder beside steps)
 # With BEFORE=COMMIT, ab.sh then runs W1/W2 on that commit and this checkout in one call (carry .before).
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
@@ -57,5 +58,12 @@ tar cJf .stage/p4/ray.tar.xz -C /tmp/bs_ray/x .
 mkdir -p .stage/p5/data
 pip download -q --no-deps --only-binary=:all: -d .stage/p5 "silero-vad==$(python -c 'from importlib.metadata import version; print(version("silero-vad"))')"
 cp -r ../shared/data/longform .stage/p5/data/
+# Small things for calls that need no audio (call_overlap.sh, W4's --tokens-from): base's tokenizer,
+# the cuda-bindings wheels torch's green contexts import, train-clean-5's texts and durations.
+mkdir -p .stage/p6/data && cp -r .stage/p1/basetok .stage/p6/
+pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    -d .stage/p6 "cuda-bindings>=13.0,<13.1" cuda-pathfinder
+python -c "import pyarrow as pa, pyarrow.parquet as pq, glob; pq.write_table(pa.concat_tables([pq.read_table(f, columns=['id', 'text', 'duration_s']) for f in sorted(glob.glob('../shared/data/librispeech/train-clean-5-*.parquet'))]), '.stage/p6/data/train-clean-5-text.parquet')"
 sha256sum "$tiny/model.safetensors"
-du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4 .stage/p5  # each call carries at most 64 MiB with the checkout
+du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4 .stage/p5 .stage/p6  # each call carries at most 64 MiB with the checkout
