@@ -3,8 +3,9 @@
     python benchmarks/profile_step.py --tokenizer-from BASE_HF_FOLDER [--configs flashinfer:fp8] [--slots 256]
 
 Builds the W2 engine (large-v3 architecture, random bf16 weights; see w2_large_v3.py), fills every
-slot with one admission, then profiles eager decode steps at the full bucket and one encoder batch,
-printing the kernels that take the most device time.
+slot with one admission, then profiles eager decode steps at the full bucket and one admission chunk
+of 32 windows as the engine encodes it (log-mel, the encoder as `EngineConfig.encoder` says, every
+layer's cross K/V written into the slots), printing the kernels that take the most device time.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def main() -> None:
     model = random_model(torch.bfloat16)
     audio = (np.random.default_rng(0).standard_normal(16000 * 30) * 0.1).astype(np.float32)
     for config in args.configs:
-        attention, cross_kv = config.split(":")
+        attention, cross_kv, precision = (config.split(":") + ["auto"])[:3]
         options = EngineOptions(device="cuda", dtype="bfloat16", batch_size=args.slots, cuda_graphs=False,
-                                attention=attention, cross_kv=cross_kv)  # fmt: skip
+                                attention=attention, cross_kv=cross_kv, encoder_precision=precision)  # fmt: skip
         sched = scheduler(model, tok, resolve_engine(options, dims))
         engine, windows = sched.engine, sched.windows
         engine.admit([windows.request(i, windows.start(f"w{i}", audio)) for i in range(args.slots)],
@@ -53,15 +54,15 @@ def main() -> None:
             torch.cuda.synchronize()
         print(f"\n=== {config}: 3 eager decode steps at {args.slots} rows (kv {kv}) ===")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=90))
-        mel = engine.encoder.features(torch.from_numpy(np.stack([audio] * 32)).cuda()).to(torch.bfloat16)
-        with torch.no_grad():
-            model.encoder(mel)
+        chunk = torch.from_numpy(np.stack([audio] * 32)).cuda()  # [32, N_SAMPLES]
+        slot_ids = torch.arange(32, device="cuda")
+        engine.encoder(chunk, slot_ids)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            engine.encoder(chunk, slot_ids)
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                model.encoder(mel)
-                torch.cuda.synchronize()
-        print(f"\n=== {config}: encoder, 32 windows ===")
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=15, max_name_column_width=90))
+        print(f"\n=== {config}: one admission chunk of 32 windows (log-mel, {engine.config.encoder} encoder, cross K/V) ===")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows, max_name_column_width=90))
         del engine, sched
         torch.cuda.empty_cache()
 
