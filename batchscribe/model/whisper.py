@@ -16,7 +16,8 @@ from torch import nn
 
 from batchscribe.attention.base import AttentionBackend
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.model.cache import DecoderCache, to_cache_dtype
+from batchscribe.model import cross_write
+from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 
 
@@ -139,7 +140,7 @@ class Whisper(nn.Module):
             attn = layer.encoder_attn
             for cache_kv, proj in ((cache.cross_k[i], attn.k_proj), (cache.cross_v[i], attn.v_proj)):
                 kv = attn.heads(proj(enc))  # [B, n_audio_ctx, n_head, head_dim]
-                cache_kv[slots] = to_cache_dtype(kv.transpose(1, 2) if cache.cross_hnd else kv, cache_kv.dtype)
+                cross_write.store(cache_kv, kv, slots, cache.cross_hnd)
 
     @torch.no_grad()
     def decode_step(
