@@ -47,14 +47,15 @@ def store_triton(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, hnd
     # Strides of the cache's frame and head axes, whichever layout it has.
     frame_stride, head_stride = (cache.stride(2), cache.stride(1)) if hnd else (cache.stride(1), cache.stride(2))
     grid = (triton.cdiv(t, BLOCK_T), h, b)
+    # slots may be a strided view (admission passes a column of its packed ints): its stride goes too.
     _store_kernel[grid](kv, cache, slots, t, kv.stride(0), kv.stride(1), cache.stride(0), frame_stride,
-                        head_stride, limit, FP8=fp8, D=d, BLOCK_T=BLOCK_T)  # fmt: skip
+                        head_stride, slots.stride(0), limit, FP8=fp8, D=d, BLOCK_T=BLOCK_T)  # fmt: skip
 
 
 if triton is not None:
 
     @triton.jit
-    def _store_kernel(src_ptr, dst_ptr, slots_ptr, T, src_b, src_t, dst_s, dst_t, dst_h, limit,
+    def _store_kernel(src_ptr, dst_ptr, slots_ptr, T, src_b, src_t, dst_s, dst_t, dst_h, slot_stride, limit,
                       FP8: tl.constexpr, D: tl.constexpr, BLOCK_T: tl.constexpr):  # fmt: skip
         # One program: BLOCK_T frames of one head of one window. Its source rows are D contiguous
         # elements every src_t; in an HND cache its destination is one contiguous run.
@@ -66,6 +67,6 @@ if triton is not None:
         x = tl.load(src, mask=mask, other=0.0)
         if FP8:
             x = tl.clamp(x.to(tl.float32), -limit, limit)  # e4m3 has no infinity: saturate, never NaN
-        slot = tl.load(slots_ptr + win)
+        slot = tl.load(slots_ptr + win * slot_stride)
         dst = dst_ptr + slot * dst_s + frames[:, None].to(tl.int64) * dst_t + head * dst_h + cols[None, :]
         tl.store(dst, x.to(dst_ptr.dtype.element_ty), mask=mask)

@@ -43,7 +43,10 @@ CHECK = textwrap.dedent(
                 kv = x.unflatten(-1, (h, d))  # [B, T, H, D], rows as the projection wrote them
                 shape = (b + 3, h, t, d) if hnd else (b + 3, t, h, d)
                 sentinel = torch.full(shape, 7.0, device=device).to(ct)
-                slots = torch.tensor([b + 2 - 2 * i for i in range(b)], device=device)  # gaps, reversed
+                # Gaps, reversed, and a strided view, as admission passes them (a column of its ints).
+                packed = torch.zeros(b, 5, dtype=torch.long, device=device)
+                packed[:, 2] = torch.tensor([b + 2 - 2 * i for i in range(b)])
+                slots = packed[:, 2]
                 ours, ref = sentinel.clone(), sentinel.clone()
                 graph(lambda: cw.store_triton(ours, kv, slots, hnd), lambda: ours.copy_(sentinel))
                 cw.store_reference(ref, kv, slots, hnd)
