@@ -30,7 +30,7 @@ if triton is not None:
         amax = tl.max(tl.where(mask, tl.abs(x), 0.0), axis=0)
         scale = tl.maximum(amax, 1e-12) / 448.0  # e4m3's largest finite value; fp8.py's MIN_SCALE
         # One division a row, then a product per element: an IEEE division is a dozen instructions,
-        # and these passes are issue-bound, not memory-bound. (It may differ from x / scale in the
+        # and these passes run well below the memory roof. (It may differ from x / scale in the
         # last float32 bit, so an e4m3 value may move one step where that bit decides its rounding.)
         q = tl.clamp(x * (1.0 / scale), -448.0, 448.0)
         tl.store(out_ptr + cols, q.to(tl.float8e4nv), mask=mask)
@@ -68,7 +68,7 @@ if triton is not None:
     def _gelu(h):
         """Exact (erf) GELU, with erf to within 1.5e-7 (Abramowitz and Stegun 7.1.26): its output is
         quantised to e4m3's 3 mantissa bits, and libdevice's erf costs several times the
-        instructions, in a pass that is instruction-bound."""
+        instructions in a pass that runs well below the memory roof."""
         z = tl.abs(h) * 0.7071067811865476
         t = tl.fdiv(1.0, 1.0 + 0.3275911 * z, ieee_rounding=False)
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
