@@ -26,6 +26,7 @@ import torch
 
 import w2_large_v3 as w2
 from batchscribe.config import EngineOptions
+from batchscribe.engine.graphs import warm_up
 from batchscribe.engine.setup import resolve_engine
 from batchscribe.model.dims import ModelDims
 
@@ -74,29 +75,24 @@ def torch_green(num_sms: int):
         from torch.cuda import green_contexts as gc
 
         ctx = gc.GreenContext.create(num_sms=num_sms, device_id=0)
-        if hasattr(ctx, "Stream"):
-            return ctx, ctx.Stream()
-        ctx.set_context()
-        stream = torch.cuda.current_stream()
-        ctx.pop_context()
-        return ctx, stream
+        return ctx, ctx.Stream()  # torch >= 2.11
     except Exception as e:  # noqa: BLE001 (a probe: report and fall back)
         print(f"torch green context ({num_sms} SMs): {type(e).__name__}: {e}", flush=True)
         return None
 
 
-def _on(stream, graph, n: int) -> None:
-    with torch.cuda.stream(stream):
-        for _ in range(n):
-            graph.replay()
+def _launch(fn, k: int, reset) -> None:
+    """The k-th launch of fn on the current stream; with `reset` (the steps), rows are put back
+    mid-window every 25 looks."""
+    if reset is not None and k % 25 == 0:
+        reset()
+    fn()
 
 
-def _steps_on(stream, graph, n: int, reset) -> None:
+def _on(stream, fn, n: int, reset=None) -> None:
     with torch.cuda.stream(stream):
         for k in range(n):
-            if k % 25 == 0:
-                reset()
-            graph.replay()
+            _launch(fn, k, reset)
 
 
 def _together(step_stream, step_graph, n_step: int, enc_stream, enc_graph, n_enc: int, reset) -> float:
@@ -110,13 +106,11 @@ def _together(step_stream, step_graph, n_step: int, enc_stream, enc_graph, n_enc
         while k_s < n_step or k_e < n_enc:
             if k_e < n_enc and (k_e * n_step <= k_s * n_enc or k_s >= n_step):
                 with torch.cuda.stream(enc_stream):
-                    enc_graph.replay()
+                    _launch(enc_graph.replay, k_e, None)
                 k_e += 1
             else:
                 with torch.cuda.stream(step_stream):
-                    if k_s % 25 == 0:
-                        reset()
-                    step_graph.replay()
+                    _launch(step_graph.replay, k_s, reset)
                 k_s += 1
         main.wait_stream(step_stream)
         main.wait_stream(enc_stream)
@@ -176,28 +170,19 @@ def main() -> None:
           f"{graphs.buckets[-1]} rows at kv {kv}: {step_s * 1e3:.2f} ms a replay; encoder {chunk} windows: "
           f"{enc_s * 1e3:.2f} ms ({enc_s / chunk * 1e3:.2f} ms/window); {n_step} looks, {n_enc} encodes per arm", flush=True)  # fmt: skip
 
-    def step(k: int) -> None:  # on the current stream
-        if k % 25 == 0:
-            reset_positions()
-        step_graph.replay()
+    def steps(stream, graph=step_graph) -> float:
+        return timed(lambda: _on(stream, graph.replay, n_step, reset_positions))
 
-    def steps(stream) -> None:
-        with torch.cuda.stream(stream):
-            for k in range(n_step):
-                step(k)
+    def encodes(stream, fn=enc_graph.replay) -> float:
+        return timed(lambda: _on(stream, fn, n_enc))
 
-    def encodes(stream) -> None:
-        with torch.cuda.stream(stream):
-            for _ in range(n_enc):
-                enc_graph.replay()
-
-    def together(step_stream, enc_stream) -> float:
-        return _together(step_stream, step_graph, n_step, enc_stream, enc_graph, n_enc, reset_positions)
+    def together(step_stream, enc_stream, steps_graph=step_graph, encoder_graph=enc_graph) -> float:
+        return _together(step_stream, steps_graph, n_step, enc_stream, encoder_graph, n_enc, reset_positions)
 
     results = {}
     default = torch.cuda.current_stream()
-    results["steps alone"] = t_steps = timed(lambda: steps(default))
-    results["encoder alone"] = t_enc = timed(lambda: encodes(default))
+    results["steps alone"] = t_steps = steps(default)
+    results["encoder alone"] = t_enc = encodes(default)
     serial = t_steps + t_enc
     side, high, low = torch.cuda.Stream(), torch.cuda.Stream(priority=-1), torch.cuda.Stream(priority=0)
     results["side stream"] = together(default, side)
@@ -207,12 +192,8 @@ def main() -> None:
 
     def capture(fn, stream):
         """fn captured on `stream` (a green context's: its kernels may keep that context's SMs)."""
+        warm_up(fn, engine.device)
         graph = torch.cuda.CUDAGraph()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            fn()  # warm-up on that stream
-        torch.cuda.current_stream().wait_stream(stream)
-        torch.cuda.synchronize()
         with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             fn()
         torch.cuda.synchronize()
@@ -221,9 +202,7 @@ def main() -> None:
     for k in args.sms:
         made = torch_green(k)
         if made is not None:
-            ctx, green = made
-            print(f"torch green context {k}: has Stream(): {hasattr(ctx, 'Stream')}", flush=True)
-            results[f"encoder alone, torch green {k}, primary graph"] = timed(lambda: encodes(green))
+            results[f"encoder alone, torch green {k}, primary graph"] = encodes(made[1])
         try:
             driver = DriverGreen(k)
         except Exception as e:  # noqa: BLE001
@@ -231,27 +210,21 @@ def main() -> None:
             continue
         green, rest = driver.stream, driver.rest_stream
         tag = f"green {driver.sms}/{driver.total}"
-        results[f"encoder alone, {tag}, primary graph"] = timed(lambda: encodes(green))
-
-        def eager_encodes(green=green) -> None:
-            with torch.cuda.stream(green):
-                for _ in range(n_enc):
-                    engine.encoder(audio, slot_ids)
-
-        results[f"encoder alone, {tag}, eager"] = timed(eager_encodes)
+        results[f"encoder alone, {tag}, primary graph"] = encodes(green)
+        results[f"encoder alone, {tag}, eager"] = encodes(green, lambda: engine.encoder(audio, slot_ids))
         try:
             enc_green = capture(lambda: engine.encoder(audio, slot_ids), green)
         except Exception as e:  # noqa: BLE001
             print(f"capture on {tag}: {type(e).__name__}: {e}", flush=True)
             continue
-        results[f"encoder alone, {tag}, graph captured there"] = timed(lambda: _on(green, enc_green, n_enc))
+        results[f"encoder alone, {tag}, graph captured there"] = encodes(green, enc_green.replay)
         if rest is None:
             continue
         reset_positions()
         step_rest = capture(lambda: engine.look(graphs.buckets[-1], kv, False), rest)
-        results[f"steps alone, rest {driver.rest_sms}, graph captured there"] = timed(lambda: _steps_on(rest, step_rest, n_step, reset_positions))
-        results[f"{tag}: encoder graph there, steps graph on the rest"] = _together(rest, step_rest, n_step, green, enc_green, n_enc, reset_positions)
-        results[f"{tag}: encoder graph there, steps on the whole GPU (high)"] = _together(high, step_graph, n_step, green, enc_green, n_enc, reset_positions)
+        results[f"steps alone, rest {driver.rest_sms}, graph captured there"] = steps(rest, step_rest)
+        results[f"{tag}: encoder graph there, steps graph on the rest"] = together(rest, green, step_rest, enc_green)
+        results[f"{tag}: encoder graph there, steps on the whole GPU (high)"] = together(high, green, encoder_graph=enc_green)
     print(f"\nserial (steps alone + encoder alone): {serial:.3f} s")
     for name, seconds in results.items():
         gain = f"  {serial / seconds:.2f}x of serial" if "alone" not in name else ""
