@@ -59,13 +59,18 @@ def test_triton_cross_skipping_inert_rows_changes_no_token(tiny_en_dir, utteranc
     assert tokens(records(full, utterances)) == skipping
 
 
-def test_fused_and_fp8_encoders_transcribe_like_the_eager_one(tiny_en_dir, utterances) -> None:
+def test_fused_and_fp8_encoders_transcribe_like_the_eager_one(tiny_en_dir, utterances, shared_data) -> None:
     """The fused encoder (the default on CUDA in half precision) against the eager module in the
-    same engine: the same tokens on nearly every utterance. The fp8 encoder: transcripts within a
-    few percent word error of the eager encoder's (jiwer, the eager transcripts as reference)."""
+    same engine: the same tokens on nearly every utterance. The fp8 encoder: as accurate against
+    the human transcripts as the eager encoder (jiwer, english normaliser), and its transcripts
+    close to the eager ones. On these 40 test-other utterances fp8's rounding alone moves ~5 % of
+    the words: the same quantisation emulated in float32 on the CPU (exact erf and division) gives
+    5.2 % against the float32 path, and a WER against the references 0.4 points lower."""
     import jiwer
+    import pyarrow.parquet as pq
 
     from batchscribe.api import Transcriber
+    from batchscribe.eval.normalize import get_normalizer
 
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     fused_t = Transcriber(str(tiny_en_dir), **kw)
@@ -78,5 +83,13 @@ def test_fused_and_fp8_encoders_transcribe_like_the_eager_one(tiny_en_dir, utter
     assert fp8_t.config.encoder == "fp8" and fp8_t.describe()["identity"]["encoder_precision"] == "fp8"
     texts = {r["id"]: r["text"] for r in fp8_t.transcribe(utterances, sample_rate=16000)}
     eager_texts = {r["id"]: r["text"] for r in records(eager_s, utterances)}
+    table = pq.read_table(shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet", columns=["id", "text"])
+    norm = get_normalizer("english")
+    refs = {i: norm(t) for i, t in zip(table.column("id").to_pylist(), table.column("text").to_pylist())}
     ids = sorted(eager_texts)
-    assert jiwer.wer([eager_texts[i] for i in ids], [texts[i] for i in ids]) < 0.05
+
+    def wer(hyps: dict[str, str]) -> float:
+        return jiwer.wer([refs[i] for i in ids], [norm(hyps[i]) for i in ids])
+
+    assert wer(texts) <= wer(eager_texts) + 0.01, (wer(texts), wer(eager_texts))
+    assert jiwer.wer([eager_texts[i] for i in ids], [texts[i] for i in ids]) < 0.08  # fp8 rounding alone: ~5 % (above)
