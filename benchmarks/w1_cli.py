@@ -30,9 +30,14 @@ from w1_tiny import replicate, wer
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cli_run(data: Path, out: Path, *extra: str, limit: int | None = None) -> dict:
-    """`python -m batchscribe run DATA -o OUT` in a fresh process; summary.json plus the wall time."""
-    cmd = [sys.executable, "-m", "batchscribe", "run", str(data), "-o", str(out), *extra]
+def cli_run(data: Path, out: Path, *extra: str, limit: int | None = None, profile: Path | None = None) -> dict:
+    """`python -m batchscribe run DATA -o OUT` in a fresh process; summary.json plus the wall time.
+    With `profile`, under `-X importtime` and cProfile (main thread): profile/cli.prof and
+    profile/importtime.txt."""
+    python = [sys.executable]
+    if profile is not None:
+        python += ["-X", "importtime", "-m", "cProfile", "-o", str(profile / "cli.prof")]
+    cmd = [*python, "-m", "batchscribe", "run", str(data), "-o", str(out), *extra]
     if limit is not None:
         cmd += ["--limit", str(limit)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
@@ -41,6 +46,8 @@ def cli_run(data: Path, out: Path, *extra: str, limit: int | None = None) -> dic
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} exited {done.returncode}:\n{done.stderr[-3000:]}")
+    if profile is not None:
+        (profile / "importtime.txt").write_text(done.stderr)
     summary = json.loads(next(out.glob("summary*.json")).read_text())
     return {"wall": wall, "summary": summary}
 
@@ -76,6 +83,21 @@ def in_process(data: Path, out: Path) -> dict:
             "start_after_launch": round(start - t0, 3)}  # fmt: skip
 
 
+def print_profile(profile: Path, wall: float) -> None:
+    """The cold run's main thread by cumulative time, and the slowest top-level imports."""
+    import pstats
+
+    print(f"profiled cold run: {wall:.2f} s wall (cProfile and -X importtime slow it)")
+    pstats.Stats(str(profile / "cli.prof")).sort_stats("cumulative").print_stats(45)
+    imports = []
+    for line in (profile / "importtime.txt").read_text().splitlines():
+        if line.startswith("import time:") and "|" in line:
+            _, cumulative, name = line.split("|")
+            if cumulative.strip().isdigit() and not name.startswith("  "):  # top level only
+                imports.append((int(cumulative) / 1e6, name.strip()))
+    print("slowest top-level imports (s):", ", ".join(f"{n} {t:.2f}" for t, n in sorted(imports)[::-1][:15]))
+
+
 def peer(data: Path, folder: str, rows: int, batch: int) -> dict:
     import pyarrow.parquet as pq
     import soundfile as sf
@@ -108,6 +130,10 @@ def main() -> None:
     ap.add_argument("--variants", nargs="*", default=[], help="flag strings for further cold runs, e.g. "
                     "'--no-progress' '--no-report': where the process's time goes")
     ap.add_argument("--no-append", action="store_true")
+    ap.add_argument("--profile", type=Path, default=None, help="also one cold run under cProfile and "
+                    "-X importtime, its files written to this folder")
+    ap.add_argument("--profile-only", action="store_true", help="with --profile: the start-up run and the "
+                    "profiled run only")
     args = ap.parse_args()
     import common
 
@@ -118,6 +144,12 @@ def main() -> None:
         seconds_per_row = audio_s / n_items
         start = cli_run(data, tmp / "start", limit=3)
         print(f"start-up: a 3-row run takes {start['wall']:.2f} s (model load {start['summary']['model_load_seconds']:.2f} s)", flush=True)
+        if args.profile is not None:
+            args.profile.mkdir(parents=True, exist_ok=True)
+            prof = cli_run(data, tmp / "profiled", profile=args.profile)
+            print_profile(args.profile, prof["wall"])
+            if args.profile_only:
+                return
         runs = []
         for k in range(2):
             r = cli_run(data, tmp / f"cli{k}")

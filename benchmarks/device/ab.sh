@@ -7,6 +7,7 @@
 # The last argument is passed to the benchmark as is ($HOME is expanded); PEER="--peer-batch 256" is
 # added to the last round's run of this checkout only, so the peer is measured once, in the same call.
 set -u
+source benchmarks/device/env.sh
 after=$1 kind=$2 rounds=$3 args=$4
 before=$(cat .before/COMMIT)
 program=$([ "$kind" = w2 ] && echo w2_large_v3.py || echo w1_tiny.py)

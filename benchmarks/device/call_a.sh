@@ -5,6 +5,7 @@
 set -u
 commit=$1; shift
 source benchmarks/device/install.sh
+source benchmarks/device/env.sh  # after the wheels: they are compiled too
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 i=0
 for args in "$@"; do

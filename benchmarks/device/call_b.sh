@@ -2,6 +2,7 @@
 # Device call B, right after call A (carry .stage/p2): assemble tiny.en, copy the data to ../shared,
 # run the GPU tests and W1 (with its transformers peer). Extra arguments go to pytest.
 set -u
+source benchmarks/device/env.sh
 commit=$1; shift
 S=$HOME/stage
 bash benchmarks/device/stage_b.sh

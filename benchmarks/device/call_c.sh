@@ -8,6 +8,7 @@
 # DECODERS (default: "default") picks the decoders the pipeline benchmark compares; PROFILE=ROWS
 # ends with a profiled fp16 run (torch.profiler's top ROWS host ops and kernels).
 set -u
+source benchmarks/device/env.sh
 commit=$1; shift
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
 mkdir -p ../shared/data/librispeech && cp .stage/p3/data/librispeech/* ../shared/data/librispeech/

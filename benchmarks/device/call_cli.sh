@@ -3,6 +3,7 @@
 # as a user runs it on W1's rows x50, with transformers' pipeline on the same rows. Arguments go to
 # w1_cli.py.
 set -u
+source benchmarks/device/env.sh
 commit=$1; shift
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
 mkdir -p ../shared/data/librispeech && cp .stage/p3/data/librispeech/* ../shared/data/librispeech/

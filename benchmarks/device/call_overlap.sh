@@ -3,6 +3,7 @@
 # cuda-bindings wheels torch's green contexts import): overlap_probe.py on W2's engine, then W4's.
 #   bash benchmarks/device/call_overlap.sh COMMIT ["<W2 probe args>" ["<W4 probe args>"]]
 set -u
+source benchmarks/device/env.sh
 commit=$1
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 python3 -c "import cuda.bindings" 2>/dev/null || \

@@ -3,6 +3,7 @@
 # an admission chunk by kernel), then W2 and W4 with the audio in the pinned arena and pageable.
 #   bash benchmarks/device/call_profile.sh COMMIT
 set -u
+source benchmarks/device/env.sh
 commit=$1
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl2/*.whl 2>&1 | tail -2

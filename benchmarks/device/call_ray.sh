@@ -4,6 +4,7 @@
 # plain run, --gpus 1 and one GPU actor on the same rows (issue 21: records equal, within 10 %).
 #   bash benchmarks/device/call_ray.sh COMMIT
 set -u
+source benchmarks/device/env.sh
 commit=$1
 mkdir -p /tmp/site && tar xJf .stage/p4/ray.tar.xz -C /tmp/site
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models BATCHSCRIBE_TEST_CACHE=$HOME/stage/models

@@ -5,6 +5,7 @@
 # (test-other x10) without and with --vad, each a fresh process.
 #   bash benchmarks/device/call_vad.sh COMMIT
 set -u
+source benchmarks/device/env.sh
 commit=$1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .stage/p5/*.whl 2>&1 | tail -2
 mkdir -p ../shared/data && cp -r .stage/p5/data/* ../shared/data/

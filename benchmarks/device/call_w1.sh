@@ -4,6 +4,7 @@
 # <= 15 % of W1), then startup_profile.py cold, twice with and twice without Prewarm (issue 17's start-up).
 #   bash benchmarks/device/call_w1.sh COMMIT
 set -u
+source benchmarks/device/env.sh
 commit=$1
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
 P=../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet

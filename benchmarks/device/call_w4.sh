@@ -6,6 +6,7 @@
 set -u
 commit=$1; shift
 source benchmarks/device/install.sh
+source benchmarks/device/env.sh  # after the wheels: they are compiled too
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 if [ -n "${PYTEST_FIRST:-}" ]; then
     timeout 200 python3 -m pytest -q -m gpu $PYTEST_FIRST > $OUT/tests_first.txt 2>&1; tail -3 $OUT/tests_first.txt | cut -c1-300

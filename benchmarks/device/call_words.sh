@@ -5,6 +5,7 @@
 # Extra arguments go to pytest.
 #   bash benchmarks/device/call_words.sh COMMIT
 set -u
+source benchmarks/device/env.sh
 commit=$1; shift
 bash benchmarks/device/stage_b.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models BATCHSCRIBE_TEST_CACHE=$HOME/stage/models

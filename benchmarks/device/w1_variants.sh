@@ -2,6 +2,7 @@
 # W1 variants without the peer (after call_a.sh installed the wheels and call_b.sh staged tiny.en
 # and the data): decode in processes or threads, in-flight depth, switch interval, slots.
 #   bash benchmarks/device/w1_variants.sh COMMIT "VARIANT ARGS" ...
+source benchmarks/device/env.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$1 BATCHSCRIBE_CACHE=$HOME/stage/models
 shift
 cd benchmarks
