@@ -38,7 +38,7 @@ DEFAULT_PARQUET = REPO.parent / "shared" / "data" / "librispeech" / "train-clean
 
 @dataclass(frozen=True)
 class Captured:
-    """One call of `WindowPlanner.fold`: the item's state before it and the window's result."""
+    """One call of `WindowPlanner.judge`: the item's state before it and the window's result."""
 
     item_id: str
     n_samples: int
@@ -58,22 +58,22 @@ def load_audio(parquet: Path, n: int) -> list[tuple[str, np.ndarray]]:
 
 
 def capture(scheduler: Scheduler, items: list[tuple[str, np.ndarray]]) -> tuple[list[Captured], list[dict]]:
-    """Transcribe once, keeping every window result the scheduler folds in (in its order)."""
+    """Transcribe once, keeping every window result the scheduler judges (in its order)."""
     from batchscribe.engine.windows import WindowPlanner
     from batchscribe.output.verbose_json import transcript_record
 
     seen: list[Captured] = []
     planner = scheduler.windows
 
-    def spy(item, res) -> bool:
+    def spy(item, res):
         seen.append(Captured(item.id, len(item.audio), item.seek, item.temp_index, res))
-        return WindowPlanner.fold(planner, item, res)
+        return WindowPlanner.judge(planner, item, res)
 
-    planner.fold = spy  # an instance attribute: only this planner, only this run
+    planner.judge = spy  # an instance attribute: only this planner, only this run (judge, then settle)
     try:
         records = [transcript_record(t) for t in scheduler.run(items)]
     finally:
-        del planner.fold
+        del planner.judge
     return seen, records
 
 
