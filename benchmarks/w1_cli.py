@@ -128,7 +128,8 @@ def main() -> None:
     ap.add_argument("--peer-rows", type=int, default=500)
     ap.add_argument("--peer-batch", type=int, default=256)
     ap.add_argument("--variants", nargs="*", default=[], help="flag strings for further cold runs, e.g. "
-                    "'--no-progress' '--no-report': where the process's time goes")
+                    "' --no-progress' ' --no-report': where the process's time goes (each with a leading "
+                    "space, or argparse reads it as an option of this program)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--profile", type=Path, default=None, help="also one cold run under cProfile and "
                     "-X importtime, its files written to this folder")
