@@ -30,6 +30,7 @@ _BRACKETED = re.compile(r"[<\[][^>\]]*[>\]]")  # "[laughs]", "<unk>"
 _PARENTHESISED = re.compile(r"\(([^)]+?)\)")
 _SPACES = re.compile(r"\s+")
 _FILLERS = re.compile(r"\b(hmm|mm|mhm|mmm|uh|um)\b")
+_WORD_RUNS = re.compile(r"\w+")
 
 # Applied in this order (later, general rules must not fire before the specific ones).
 _CONTRACTIONS: tuple[tuple[str, str], ...] = (
@@ -54,8 +55,16 @@ _CONTRACTIONS: tuple[tuple[str, str], ...] = (
 )
 
 
+@cache
+def _ascii_symbols(keep: str) -> dict[int, str]:
+    """str.translate's table for ASCII text: each mark, symbol or punctuation character -> space."""
+    return {c: " " for c in range(128) if chr(c) not in keep and unicodedata.category(chr(c))[0] in "MSP"}
+
+
 def remove_symbols_and_diacritics(s: str, keep: str = "") -> str:
     """Marks, symbols and punctuation -> space (except `keep`); accents dropped (NFKD)."""
+    if s.isascii():  # NFKD leaves ASCII as it is, and no ASCII character is a combining mark
+        return s.translate(_ascii_symbols(keep))
     out = []
     for c in unicodedata.normalize("NFKD", s):
         category = unicodedata.category(c)
@@ -93,6 +102,11 @@ class EnglishTextNormalizer:
 
     def __init__(self) -> None:
         self._contractions = [(re.compile(p), r) for p, r in _CONTRACTIONS]
+        # Where none of them can match, each substitution would leave the text as it is: every
+        # pattern has an apostrophe or is one whole word (r"\bmr\b" matches where "mr" is a whole
+        # run of word characters), and most texts have neither.
+        self._contraction_words = {p[2:-2] for p, _ in _CONTRACTIONS if "'" not in p}
+        assert all(w.isalpha() for w in self._contraction_words), self._contraction_words
         self._numbers = EnglishNumberNormalizer()
         self._spelling = spelling_mapping()
 
@@ -100,8 +114,9 @@ class EnglishTextNormalizer:
         s = _PARENTHESISED.sub("", _BRACKETED.sub("", s.lower()))
         s = _FILLERS.sub("", s)
         s = re.sub(r"\s+'", "'", s)  # "don 't" -> "don't"
-        for pattern, replacement in self._contractions:
-            s = pattern.sub(replacement, s)
+        if "'" in s or not self._contraction_words.isdisjoint(_WORD_RUNS.findall(s)):
+            for pattern, replacement in self._contractions:
+                s = pattern.sub(replacement, s)
         s = re.sub(r"(\d),(\d)", r"\1\2", s)  # "1,000" -> "1000"
         s = re.sub(r"\.([^0-9]|$)", r" \1", s)  # periods go, decimal points stay
         s = remove_symbols_and_diacritics(s, keep=".%$¢€£")

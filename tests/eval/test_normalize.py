@@ -84,3 +84,22 @@ def test_get_normalizer_names() -> None:
     assert get_normalizer("basic")("Hello, World") == "hello world"
     with pytest.raises(ValueError, match="english, basic, none"):
         get_normalizer("french")
+
+
+# English-like text: the words the contraction, title and filler rules look for, apostrophes,
+# punctuation and numbers, so the fast paths (ASCII text, no rule's word present) meet their edges.
+_PIECES = ["won't", "can't", "let's", "y'all", "wanna", "gonna", "i'ma", "ma'am", "mr", "Mrs.", "st", "Dr",
+           "jr", "esq", "'s been", "'d", "n't", "'re", "'ll", "'ve", "'m", "it's", "uh", "hmm", "twenty",
+           "one", "oh", "hundred", "percent", "$", "3.5", "1,000", "colour", "the", "and", "[noise]",
+           "(aside)", "café", "—", ".", ",", "'", "-", " ", "  "]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(alphabet="abcdemnrst'.,- ", max_size=6), max_size=14))
+def test_english_matches_whisper_on_english_like_text(pieces: list[str]) -> None:
+    text = " ".join(pieces)
+    try:
+        ref = whisper_norm.EnglishTextNormalizer()(text)
+    except (AssertionError, ValueError):
+        return
+    assert EnglishTextNormalizer()(text) == ref
