@@ -63,6 +63,12 @@ def test_basic_matches_whisper_table(text: str) -> None:
 @given(st.text(max_size=40))
 def test_basic_and_english_match_whisper_on_arbitrary_text(text: str) -> None:
     assert basic_normalize(text) == whisper_norm.BasicTextNormalizer()(text)
+    _english_agrees_with_whisper(text)
+
+
+def _english_agrees_with_whisper(text: str) -> None:
+    """Ours equals whisper's English normaliser wherever whisper's does not raise (it asserts on
+    some odd number spellings)."""
     try:
         ref = whisper_norm.EnglishTextNormalizer()(text)
     except (AssertionError, ValueError):
@@ -97,9 +103,4 @@ _PIECES = ["won't", "can't", "let's", "y'all", "wanna", "gonna", "i'ma", "ma'am"
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(_PIECES) | st.text(alphabet="abcdemnrst'.,- ", max_size=6), max_size=14))
 def test_english_matches_whisper_on_english_like_text(pieces: list[str]) -> None:
-    text = " ".join(pieces)
-    try:
-        ref = whisper_norm.EnglishTextNormalizer()(text)
-    except (AssertionError, ValueError):
-        return
-    assert EnglishTextNormalizer()(text) == ref
+    _english_agrees_with_whisper(" ".join(pieces))
