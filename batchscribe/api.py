@@ -23,6 +23,7 @@ from batchscribe.audio.vad_stream import SpeechStage, VadBatching
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
 from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
+from batchscribe.engine.pinned import PinnedArena
 from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
 from batchscribe.engine.setup import EngineConfig, resolve_engine
@@ -169,6 +170,7 @@ class Transcriber:
         (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
         options = options or self.options
         _check_language_and_task(self.tokenizer, options)  # options given per call are checked too
+        self.tokenizer.build_decode_tables()  # host work, done while the Prewarm thread waits on the GPU
         self._prewarm.join()
         spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
         heads = None
@@ -189,14 +191,17 @@ class Transcriber:
         """Drop every engine (its caches, graphs and pinned buffers) built so far; the next call builds anew."""
         self._schedulers.clear()
 
-    def host_allocator(self, options: DecodeOptions | None = None) -> Callable[[int], np.ndarray] | None:
+    def host_allocator(self, options: DecodeOptions | None = None, *,
+                       arena: PinnedArena | None = None) -> Callable[[int], np.ndarray] | None:  # fmt: skip
         """For decode threads feeding `transcribe_stream` on a GPU: `allocate(n_samples)` gives pinned
         host memory to decode into (`decode_audio(allocate=...)`), which admission copies to the
-        device without packing it first. None on the CPU. Builds the engine (and its arena) first."""
+        device without packing it first. None on the CPU. Builds the engine (and its arena) first;
+        with `arena` (one the caller made, e.g. so that decoding starts while the model loads), the
+        engine takes that one."""
         if not self.config.on_cuda:
             return None
-        arena = self.scheduler(options).engine.enable_arena()
-        return None if arena is None else arena.allocate
+        taken = self.scheduler(options).engine.enable_arena(arena=arena)
+        return None if taken is None else taken.allocate
 
     def transcribe_stream(
         self, items: Iterable[tuple[str, AudioLike]], options: DecodeOptions | None = None,

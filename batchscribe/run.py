@@ -30,7 +30,7 @@ from batchscribe.output.resume import output_prefix, summary_name
 from batchscribe.output.writers import write_summary
 from batchscribe.run_folder import Folder, checked_state, nothing_left, open_sink
 from batchscribe.run_options import RunOptions, RunResult, TooManyErrors  # noqa: F401 (run's API)
-from batchscribe.sink import ProgressCallback, Sink, estimate_total, first_pending, run_summary
+from batchscribe.sink import CompletedFilter, ProgressCallback, Sink, estimate_total, first_pending, run_summary
 from batchscribe.stops import Terminated, deferred, stop_signals  # noqa: F401 (Terminated: what run() raises)
 from batchscribe.version import __version__
 
@@ -44,8 +44,9 @@ class TranscriberLike(Protocol):
         """{"model": ..., "engine": ..., "identity": what changes records (the resume check)}"""
         ...
 
-    def host_allocator(self) -> Callable[[int], np.ndarray] | None:
-        """Pinned memory for decode threads to decode into, or None."""
+    def host_allocator(self, arena: Any = None) -> Callable[[int], np.ndarray] | None:
+        """Pinned memory for decode threads to decode into, or None; `arena`: a PinnedArena that
+        decode threads already fill (made before the model loaded), for the engine to take."""
         ...
 
     def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]: ...
@@ -98,18 +99,35 @@ def run_config(inputs: Sequence[str], opts: RunOptions, listing: dict[str, str])
 @dataclass(frozen=True)
 class _DecodePlan:
     """How audio reaches the model, decided once before the model loads: on CUDA, decode threads
-    (no copy between processes; a read-ahead thread keeps the engine's thread free to launch), on
-    the CPU processes (a crashing decoder costs one item)."""
+    (no copy between processes; a read-ahead thread keeps the engine's thread free to launch) into
+    pinned memory (`arena`), on the CPU processes (a crashing decoder costs one item)."""
 
     on_cuda: bool
     threads: bool
+    arena: bool = False  # decode threads decode into a PinnedArena the engine copies from by DMA
 
     @classmethod
     def for_run(cls, opts: RunOptions) -> _DecodePlan:
         from batchscribe.engine.setup import resolve_device
 
         on_cuda = resolve_device(opts.engine.device).type == "cuda"
-        return cls(on_cuda, on_cuda if opts.decode_threads is None else opts.decode_threads)
+        threads = on_cuda if opts.decode_threads is None else opts.decode_threads
+        return cls(on_cuda, threads, on_cuda and threads and opts.pinned_arena is not False)
+
+    def slots_hint(self, opts: RunOptions) -> int:
+        """The decoder slots to feed before the engine has sized them (at most this many)."""
+        from batchscribe.engine.setup import CPU_SLOTS, CUDA_SLOT_CAP
+
+        return opts.engine.batch_size or (CUDA_SLOT_CAP if self.on_cuda else CPU_SLOTS)
+
+    def new_arena(self) -> Any:
+        """The pinned arena decode threads fill, being made beside the model load
+        (engine/pinned.PendingArena), or None."""
+        if not self.arena:
+            return None
+        from batchscribe.engine.pinned import PendingArena, default_arena_samples
+
+        return PendingArena(default_arena_samples())
 
 
 def run(
@@ -140,16 +158,33 @@ def run(
             state = checked_state(output_dir, prefix, config, opts, lock, listing)
             items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
             skipped = 0
-            if not (opts.overwrite or opts.retry_errors):
+            plain = not (opts.overwrite or opts.retry_errors)
+            if plain:
                 skipped, pending = first_pending(items, state.completed)
                 if pending is None:
                     return nothing_left(state, opts, skipped, start_wall, start_time)
                 items = pending
-            transcriber, load_seconds = _load(opts, plan, transcriber_factory)
-            described = jsonable(transcriber.describe())
-            sink = open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
-                             estimate_total(inputs, opts.source), progress, load_seconds, skipped)  # fmt: skip
-            summary = _run_pipeline(items, transcriber, sink, opts, plan, lambda status: run_summary(
+            skip = CompletedFilter(state, skipped)
+            decoded, arena = None, None
+            if plain and plan.threads:
+                # Decode while the model loads, so the first admissions find their audio ready. Only
+                # a plain run's completed ids are final before the load (--overwrite and
+                # --retry-errors change them in open_sink); decode processes would compete with it.
+                arena = plan.new_arena()
+                decoded = _decoded(skip(items), opts, plan, arena, plan.slots_hint(opts))
+            try:
+                transcriber, load_seconds = _load(opts, plan, transcriber_factory, arena)
+                described = jsonable(transcriber.describe())
+                sink = open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
+                                 estimate_total(inputs, opts.source), progress, load_seconds, skip)  # fmt: skip
+            except BaseException:
+                if decoded is not None:
+                    _close(decoded)
+                raise
+            if decoded is None:
+                decoded = _decoded(skip(items), opts, plan, transcriber.host_allocator() if plan.arena else None,
+                                   transcriber.n_slots)  # fmt: skip
+            summary = _run_pipeline(decoded, transcriber, sink, opts, lambda status: run_summary(
                 inputs, opts, state, sink, described, start_time, status))
             write_summary(output_dir, summary, summary_name(prefix))
     if sink.stop:
@@ -162,24 +197,25 @@ def run(
     return RunResult(output_dir, summary, tuple(sink.writer.committed))
 
 
-def _load(opts: RunOptions, plan: _DecodePlan,
-          factory: TranscriberFactory | None) -> tuple[TranscriberLike, float]:  # fmt: skip
-    """The transcriber and the seconds its start took; a stop meanwhile waits until it is done."""
+def _load(opts: RunOptions, plan: _DecodePlan, factory: TranscriberFactory | None,
+          arena: Any = None) -> tuple[TranscriberLike, float]:  # fmt: skip
+    """The transcriber and the seconds its start took; a stop meanwhile waits until it is done.
+    `arena`: the PendingArena decode threads already decode into, for the engine to take."""
     start = time.monotonic()
     with deferred():  # the model load and the CUDA graph captures
         transcriber = (factory or default_transcriber)(opts)
-        if plan.on_cuda and plan.threads and opts.pinned_arena is not False:
-            transcriber.host_allocator()  # builds and captures the engine now: start-up counts it
+        if plan.arena:  # builds and captures the engine now: start-up counts it
+            transcriber.host_allocator(arena=None if arena is None else arena.result())
     return transcriber, time.monotonic() - start
 
 
-def _run_pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
-                  plan: _DecodePlan, summarize: Callable[[str], dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
+                  summarize: Callable[[str], dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """Run, then commit what is buffered and build the summary, whatever stopped the run; an
     interrupt's summary is written before the interrupt goes on."""
     status = "interrupted"
     try:
-        _pipeline(items, transcriber, sink, opts, plan)
+        _pipeline(decoded, transcriber, sink)
         status = "stopped: too many errors" if sink.stop else "complete"
     except BaseException:
         try:
@@ -199,9 +235,11 @@ def _peeked(items: Iterator[SourceItem]) -> Iterator[SourceItem]:
     return itertools.chain([first], items)
 
 
-def _decoded(todo: Iterator[SourceItem], transcriber: TranscriberLike, opts: RunOptions,
-             plan: _DecodePlan) -> Iterator[Any]:  # fmt: skip
-    """The decode pool's stream of DecodedItems, set up for the plan."""
+def _decoded(todo: Iterator[SourceItem], opts: RunOptions, plan: _DecodePlan, arena: Any,
+             n_slots: int) -> Iterator[Any]:  # fmt: skip
+    """The decode pool's stream of DecodedItems, set up for the plan, feeding `n_slots` decoder
+    slots. `arena`: a (Pending)PinnedArena or an `allocate`, for decode threads to decode into.
+    With threads it runs ahead at once, on its own thread."""
     from batchscribe.audio.pool import decode_stream, read_ahead
 
     pool_kwargs: dict[str, Any] = {"threads": plan.threads}
@@ -210,16 +248,15 @@ def _decoded(todo: Iterator[SourceItem], transcriber: TranscriberLike, opts: Run
     if opts.prefetch is not None:
         pool_kwargs["prefetch"] = opts.prefetch
     elif plan.on_cuda:
-        pool_kwargs["prefetch"] = max(64, 2 * transcriber.n_slots)  # keep every slot fed between admissions
-    if opts.pinned_arena is not False and plan.on_cuda and plan.threads:
-        allocate = transcriber.host_allocator()
-        if allocate is not None:  # decode threads decode straight into pinned memory
-            from batchscribe.audio.decode import decode_audio
+        pool_kwargs["prefetch"] = max(64, 2 * n_slots)  # keep every slot fed between admissions
+    allocate = getattr(arena, "allocate", arena)
+    if allocate is not None:  # decode threads decode straight into pinned memory
+        from batchscribe.audio.decode import decode_audio
 
-            pool_kwargs["decoder"] = functools.partial(decode_audio, allocate=allocate)
+        pool_kwargs["decoder"] = functools.partial(decode_audio, allocate=allocate)
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
-    if plan.on_cuda:
-        decoded = read_ahead(decoded, depth=max(64, transcriber.n_slots))  # the engine thread only admits and steps
+    if plan.threads or plan.on_cuda:
+        decoded = read_ahead(decoded, depth=max(64, n_slots))  # the engine thread only admits and steps
     return decoded
 
 
@@ -235,9 +272,7 @@ def _close(stream: Iterator[Any]) -> None:
         pass
 
 
-def _pipeline(items: Iterator[SourceItem], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
-              plan: _DecodePlan) -> None:  # fmt: skip
-    decoded = _decoded(sink.skip_completed(items), transcriber, opts, plan)
+def _pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Sink) -> None:
     pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
 
     def feed() -> Iterator[tuple[str, np.ndarray]]:

@@ -17,7 +17,7 @@ from batchscribe.output.resume import OutputState, inspect_output, remove_record
 from batchscribe.output.retry import retry_errors
 from batchscribe.output.writers import ShardWriter, write_summary
 from batchscribe.run_options import RunOptions, RunResult, TooManyErrors
-from batchscribe.sink import ProgressCallback, Sink, nothing_left_summary
+from batchscribe.sink import CompletedFilter, ProgressCallback, Sink, nothing_left_summary
 
 
 def nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall: float,
@@ -65,7 +65,7 @@ class Folder:
 
 
 def open_sink(folder: Folder, opts: RunOptions, described: dict[str, Any], start_wall: float, total: int | None,
-              progress: ProgressCallback | None, load_seconds: float, skipped: int) -> Sink:  # fmt: skip
+              progress: ProgressCallback | None, load_seconds: float, skip: CompletedFilter) -> Sink:  # fmt: skip
     """The engine is known (`described`: a transcriber's describe()): check its identity against
     the folder, then make the folder's first changes (repairs, --overwrite's deletion,
     --retry-errors), write the run config and open the shard writer. Every writer (a plain run, a
@@ -79,7 +79,7 @@ def open_sink(folder: Folder, opts: RunOptions, described: dict[str, Any], start
                                        "model_info": described.get("model")}, state.prefix, folder.listing)  # fmt: skip
     writer = ShardWriter(state.directory, opts.format, state.prefix, state.next_index, opts.shard_size,
                          opts.commit_seconds, on_commit=state.on_commit, words=opts.decode.word_timestamps)  # fmt: skip
-    return Sink(writer, state, opts.max_errors, start_wall, total, progress, load_seconds, retried, skipped)
+    return Sink(writer, state, opts.max_errors, start_wall, total, progress, load_seconds, retried, skip)
 
 
 def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:

@@ -49,37 +49,55 @@ class RunProgress:
 ProgressCallback = Callable[[RunProgress], None]
 
 
+class CompletedFilter:
+    """Passes over items whose ids already have committed records, and counts them. It can run
+    before the sink exists (run() starts decoding while the model loads), on a decode thread, so
+    the count lives here; `stop` (set by the sink past --max-errors) ends the items early."""
+
+    def __init__(self, state: OutputState, skipped: int = 0):
+        self.state = state  # read per item: --overwrite and --retry-errors replace state.completed
+        self.skipped = skipped  # includes those first_pending passed over before the model loaded
+        self.stop = False
+
+    def __call__(self, items: Iterable[SourceItem]) -> Iterator[SourceItem]:
+        for item in items:
+            if self.stop:
+                return
+            if item.id in self.state.completed:
+                self.skipped += 1
+                continue
+            yield item
+
+
 class Sink:
     """Counts, writes and reports records; decides when --max-errors stops the run."""
 
     def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
                  start: float, total: int | None, progress: ProgressCallback | None,
-                 load_seconds: float = 0.0, retried: int = 0, skipped: int = 0) -> None:  # fmt: skip
+                 load_seconds: float = 0.0, retried: int = 0, skip: CompletedFilter | None = None) -> None:  # fmt: skip
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
         self.load_seconds = load_seconds
         self.retried = retried  # error records taken back by --retry-errors, redone this session
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = 0
-        self.skipped = skipped  # committed items passed over before the sink existed (first_pending)
+        self.skip = skip or CompletedFilter(state)
         self.audio_seconds = 0.0
         # Committed errors already past the limit: stop before doing more (a plain rerun keeps them).
         self.stop = max_errors is not None and self.prior_errors > max_errors
+        self.skip.stop = self.skip.stop or self.stop
         self._lock = threading.Lock()
 
     @property
     def total_errors(self) -> int:
         return self.prior_errors + self.errors
 
+    @property
+    def skipped(self) -> int:
+        return self.skip.skipped
+
     def skip_completed(self, items: Iterable[SourceItem]) -> Iterator[SourceItem]:
-        completed = self.state.completed
-        for item in items:
-            if self.stop:
-                return
-            if item.id in completed:
-                self.skipped += 1
-                continue
-            yield item
+        return self.skip(items)
 
     def add(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -90,7 +108,7 @@ class Sink:
             else:
                 self.errors += 1
                 if self.max_errors is not None and self.total_errors > self.max_errors:
-                    self.stop = True
+                    self.stop = self.skip.stop = True
             if isinstance(record.get("duration"), (int, float)):
                 self.audio_seconds += float(record["duration"])
             snapshot = self.snapshot() if self.progress is not None else None

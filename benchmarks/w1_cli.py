@@ -19,6 +19,7 @@ import argparse
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,17 +31,18 @@ from w1_tiny import replicate, wer
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cli_run(data: Path, out: Path, *extra: str, limit: int | None = None, profile: Path | None = None) -> dict:
+def cli_run(data: Path, out: Path, *extra: str, limit: int | None = None, profile: Path | None = None,
+            tree: Path = REPO) -> dict:
     """`python -m batchscribe run DATA -o OUT` in a fresh process; summary.json plus the wall time.
     With `profile`, under `-X importtime` and cProfile (main thread): profile/cli.prof and
-    profile/importtime.txt."""
+    profile/importtime.txt. `tree`: the checkout whose batchscribe runs (--before's)."""
     python = [sys.executable]
     if profile is not None:
         python += ["-X", "importtime", "-m", "cProfile", "-o", str(profile / "cli.prof")]
     cmd = [*python, "-m", "batchscribe", "run", str(data), "-o", str(out), *extra]
     if limit is not None:
         cmd += ["--limit", str(limit)]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), os.environ.get("PYTHONPATH", "")]))
     t0 = time.perf_counter()
     done = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -98,6 +100,20 @@ def print_profile(profile: Path, wall: float) -> None:
     print("slowest top-level imports (s):", ", ".join(f"{n} {t:.2f}" for t, n in sorted(imports)[::-1][:15]))
 
 
+def ab(data: Path, tmp: Path, before: Path, rounds: int, audio_s: float) -> None:
+    """Cold runs of the whole set, alternated between `before` and this checkout, same machine."""
+    trees = [("before " + (before / "COMMIT").read_text().strip(), before.resolve()), ("after", REPO)]
+    for r in range(rounds):
+        for label, tree in trees:
+            out = tmp / f"ab_{r}_{label.split()[0]}"
+            x = cli_run(data, out, tree=tree)
+            s = x["summary"]
+            print(f"ab round {r + 1} {label}: wall {x['wall']:.2f} s (RTFx {audio_s / x['wall']:.0f}), run() "
+                  f"{s['wall_seconds']:.2f} s, summary RTFx {s['rtfx']:.0f}, excluding model load "
+                  f"{s['rtfx_excluding_model_load']:.0f}, model load {s['model_load_seconds']:.2f} s", flush=True)  # fmt: skip
+            shutil.rmtree(out)
+
+
 def peer(data: Path, folder: str, rows: int, batch: int) -> dict:
     import pyarrow.parquet as pq
     import soundfile as sf
@@ -135,6 +151,9 @@ def main() -> None:
                     "-X importtime, its files written to this folder")
     ap.add_argument("--profile-only", action="store_true", help="with --profile: the start-up run and the "
                     "profiled run only")
+    ap.add_argument("--before", type=Path, default=None, help="a tree with an earlier batchscribe/ (stage.sh's "
+                    ".before, its commit in COMMIT): first cold runs alternated between it and this checkout")
+    ap.add_argument("--rounds", type=int, default=2, help="with --before: alternated rounds")
     args = ap.parse_args()
     import common
 
@@ -143,6 +162,8 @@ def main() -> None:
         data = tmp / "w1cli.parquet"
         n_items, audio_s, refs = replicate(args.parquet, args.replicate, data)
         seconds_per_row = audio_s / n_items
+        if args.before is not None:
+            ab(data, tmp, args.before, args.rounds, audio_s)
         start = cli_run(data, tmp / "start", limit=3)
         print(f"start-up: a 3-row run takes {start['wall']:.2f} s (model load {start['summary']['model_load_seconds']:.2f} s)", flush=True)
         if args.profile is not None:

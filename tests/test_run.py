@@ -17,6 +17,7 @@ import soundfile as sf
 
 from batchscribe.audio.sources import SourceOptions
 from batchscribe.config import EngineOptions
+from batchscribe.engine.pinned import PendingArena
 from batchscribe.output.resume import ResumeConflictError
 from batchscribe.output.writers import read_shard
 from batchscribe.run import RunOptions, TooManyErrors, run
@@ -38,7 +39,7 @@ class FakeTranscriber:
     def describe(self) -> dict[str, Any]:
         return {"model": {"name": "fake"}, "engine": {"device": "cpu"}, "identity": {"dtype": self.dtype}}
 
-    def host_allocator(self) -> None:
+    def host_allocator(self, arena: Any = None) -> None:
         return None
 
     def transcribe_stream(self, items: Iterable[tuple[str, np.ndarray]]) -> Iterator[dict[str, Any]]:
@@ -331,7 +332,7 @@ def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch
     import batchscribe.run as run_module
 
     class BuildsSlowly(FakeTranscriber):
-        def host_allocator(self) -> None:
+        def host_allocator(self, arena: Any = None) -> None:
             self.built_at = time.monotonic()
             time.sleep(0.5)
             return None
@@ -341,12 +342,66 @@ def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch
             yield from super().transcribe_stream(items)
 
     made: list[BuildsSlowly] = []
-    monkeypatch.setattr(run_module._DecodePlan, "for_run", classmethod(lambda cls, opts: cls(True, True)))
+    monkeypatch.setattr(run_module._DecodePlan, "for_run", classmethod(lambda cls, opts: cls(True, True, True)))
+    monkeypatch.setattr(run_module._DecodePlan, "new_arena", lambda self: PendingArena(1 << 20, pin=False))
     manifest, _ = make_manifest(tmp_path, n_copies=1)
     result = run([str(manifest)], tmp_path / "out", RunOptions(workers=0),
                  transcriber_factory=lambda opts: made.append(BuildsSlowly()) or made[-1])
     assert result.summary["model_load_seconds"] >= 0.5
     assert made[0].seen and made[0].built_at < made[0].streaming_at
+
+
+def test_decode_threads_decode_into_the_arena_while_the_model_loads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """On CUDA run() makes the pinned arena and starts the decode threads before the model loads,
+    then hands the arena to the engine: the load does not wait for audio, nor audio for the load.
+    The stand-in's load returns only once samples sit in the arena (it would time out otherwise),
+    and the engine is handed that same arena; every item still gets exactly one record."""
+    import time
+
+    import batchscribe.run as run_module
+    pending = PendingArena(1 << 22, pin=False)  # the ring works unpinned; CUDA only pins it
+    arena = pending.result()
+    taken: list[Any] = []
+
+    class TakesTheArena(FakeTranscriber):
+        def host_allocator(self, arena: Any = None) -> None:
+            taken.append(arena)
+            return None
+
+    def load(opts: RunOptions) -> TakesTheArena:
+        deadline = time.monotonic() + 20
+        while arena.in_use() == 0:  # decoded samples, allocated from the arena, not yet transcribed
+            assert time.monotonic() < deadline, "nothing was decoded while the model loaded"
+            time.sleep(0.01)
+        return TakesTheArena()
+
+    monkeypatch.setattr(run_module._DecodePlan, "for_run", classmethod(lambda cls, opts: cls(True, True, True)))
+    monkeypatch.setattr(run_module._DecodePlan, "new_arena", lambda self: pending)
+    manifest, rows = make_manifest(tmp_path, n_copies=3)
+    result = run([str(manifest)], tmp_path / "out", RunOptions(workers=2), transcriber_factory=load)
+    assert taken == [arena]
+    records = read_all(tmp_path / "out")
+    assert sorted(r["id"] for r in records) == sorted(rows)
+    assert result.summary["this_run"]["errors"] == 2  # the corrupt and the missing file
+
+
+def test_a_failed_model_load_stops_the_decoding_it_started(tmp_path: Path) -> None:
+    """Decoding starts before the model loads; a load that fails (a usage error, say) ends the
+    decode threads too, and the folder keeps nothing of the attempt."""
+    import threading
+
+    from batchscribe.config import ConfigError
+
+    def fails(opts: RunOptions) -> FakeTranscriber:
+        raise ConfigError("no such model")
+
+    before = {t.name for t in threading.enumerate()}
+    manifest, _ = make_manifest(tmp_path, n_copies=2)
+    with pytest.raises(ConfigError):
+        run([str(manifest)], tmp_path / "out", RunOptions(decode_threads=True, workers=2), transcriber_factory=fails)
+    assert not [t for t in threading.enumerate() if t.name not in before and t.is_alive()]
+    assert not list((tmp_path / "out").glob("records-*"))
 
 
 @pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])

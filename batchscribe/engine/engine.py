@@ -97,9 +97,10 @@ class Engine:
 
     # -- admission -----------------------------------------------------------------------------
 
-    def enable_arena(self, n_samples: int | None = None) -> PinnedArena | None:
-        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once."""
-        return self.staging.enable_arena(n_samples)
+    def enable_arena(self, n_samples: int | None = None, arena: PinnedArena | None = None) -> PinnedArena | None:
+        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once, or
+        `arena` taken (made by the caller before the engine)."""
+        return self.staging.enable_arena(n_samples, arena)
 
     @property
     def arena(self) -> PinnedArena | None:

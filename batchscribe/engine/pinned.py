@@ -119,6 +119,44 @@ class PinnedArena:
         return entry
 
 
+class PendingArena:
+    """A PinnedArena made on a thread of its own: page-locking a GiB takes about half a second
+    (docs/GPU_NOTES.md), which `run()` spends beside the model load. Decode threads may start at
+    once: their first allocation waits for the block (they would wait for the model anyway)."""
+
+    def __init__(self, n_samples: int, pin: bool = True):
+        self._arena: PinnedArena | None = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._make, args=(n_samples, pin), name="batchscribe-arena",
+                                        daemon=True)  # fmt: skip
+        self._thread.start()
+
+    def _make(self, n_samples: int, pin: bool) -> None:
+        try:
+            self._arena = PinnedArena(n_samples, pin)
+        except BaseException as exc:  # raised by result(), on the thread that needs the arena
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def result(self) -> PinnedArena:
+        """The arena, once made; what making it raised, raised here."""
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._arena is not None
+        return self._arena
+
+    def allocate(self, n_samples: int) -> np.ndarray:
+        """As PinnedArena.allocate; ordinary memory when the block could not be made (result()
+        raises that for the engine, with its own context)."""
+        self._ready.wait()
+        if self._arena is None:
+            return np.empty(n_samples, dtype=np.float32)
+        return self._arena.allocate(n_samples)
+
+
 def _release(entry: list[int]) -> None:
     """A range's finalizer: marks it free, for the next allocation to reclaim. It takes no lock.
     Finalizers run wherever the last view dies, the garbage collector's runs included, and those

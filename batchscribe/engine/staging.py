@@ -91,10 +91,13 @@ class Stager:
             copied=torch.cuda.Event() if pin else None,
         )
 
-    def enable_arena(self, n_samples: int | None = None) -> PinnedArena | None:
-        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once."""
+    def enable_arena(self, n_samples: int | None = None, arena: PinnedArena | None = None) -> PinnedArena | None:
+        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once, or
+        `arena` (made by the caller; samples in it are copied by DMA like the engine's own)."""
+        if self.pinned and arena is not None and self.arena not in (None, arena):
+            raise ValueError("this engine already stages from another pinned arena")
         if self.pinned and self.arena is None:
-            self.arena = PinnedArena(n_samples or default_arena_samples())
+            self.arena = arena or PinnedArena(n_samples or default_arena_samples())
         return self.arena
 
     def release(self) -> None:

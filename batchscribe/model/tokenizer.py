@@ -224,6 +224,11 @@ class Tokenizer:
     # The GPU engine's one host thread decodes every window and segment. A Rust call per decode
     # cost more than the decoding itself, so text is decoded here from these tables of bytes.
 
+    def build_decode_tables(self) -> None:
+        """Build the tables now (a few tenths of a second), not at the run's first decoded window:
+        the Transcriber does it while the GPU libraries load."""
+        _ = self._without_timestamps_table
+
     @cached_property
     def _decode_table(self) -> dict[int, bytes] | None:
         """decode's: each text token's bytes, and b"" for every special and timestamp id it drops.

@@ -21,7 +21,7 @@ from batchscribe.output.resume import ResumeConflictError, summary_name
 from batchscribe.output.writers import write_summary
 from batchscribe.run_folder import Folder, nothing_left, open_sink
 from batchscribe.run_options import RunOptions, RunResult, TooManyErrors
-from batchscribe.sink import ProgressCallback, Sink, run_summary
+from batchscribe.sink import CompletedFilter, ProgressCallback, Sink, run_summary
 
 _USER_ERRORS = (*MODEL_ERROR_NAMES, "ConfigError", "LanguageError")
 
@@ -87,7 +87,7 @@ class Drive:
         # Model loading happened in the actors, overlapped with reading and decoding: the time to the
         # first record is this run's start-up.
         self.sink = open_sink(self.folder, self.opts, described, self.start_wall, self.total, self.progress,
-                              time.monotonic() - self.start_wall, self.skipped)  # fmt: skip
+                              time.monotonic() - self.start_wall, CompletedFilter(self.state, self.skipped))  # fmt: skip
 
     def _write_summary(self, status: str) -> dict[str, Any]:
         assert self.sink is not None

@@ -35,3 +35,33 @@ def test_read_ahead_keeps_order_raises_and_stops_early() -> None:
     assert [next(stream) for _ in range(5)] == [0, 1, 2, 3, 4]
     stream.close()  # the consumer stops early: the producer ends and closes its source
     assert closed == [True]
+
+
+def test_read_ahead_starts_at_once_and_a_stream_never_read_still_closes_its_source() -> None:
+    """run() starts decoding while the model loads: the thread pulls `depth` items (plus the one it
+    holds) before anyone asks, and a stream closed before its first next() (a model that failed to
+    load) still ends the thread and closes the source, so a decode pool never outlives the run."""
+    import threading
+    import time
+
+    pulled: list[int] = []
+    closed = threading.Event()
+
+    def source():
+        try:
+            for i in range(100):
+                pulled.append(i)
+                yield i
+        finally:
+            closed.set()
+
+    stream = read_ahead(source(), depth=4)
+    deadline = time.monotonic() + 10
+    while len(pulled) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert len(pulled) == 5  # 4 queued and 1 waiting to be put: bounded by depth, started unasked
+    stream.close()
+    assert closed.is_set()
+    with pytest.raises(StopIteration):
+        next(stream)

@@ -100,6 +100,45 @@ def test_a_range_freed_by_the_garbage_collector_inside_the_arena_never_deadlocks
     assert arena.in_use() == 0 and arena.holds(arena.allocate(100))  # the range did come back
 
 
+def test_a_pending_arena_hands_out_its_block_once_made_and_ordinary_memory_if_it_cannot_be(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """run() makes the arena on a thread beside the model load: decode threads that ask first wait
+    for it and get views of its block; when pinning fails, they get ordinary memory (the items
+    still decode) and the engine, asking for the arena, gets the error."""
+    import batchscribe.engine.pinned as pinned
+
+    made = threading.Event()
+    real = pinned.PinnedArena
+
+    class Slow(real):
+        def __init__(self, n: int, pin: bool = True):
+            made.wait(10)
+            super().__init__(n, pin)
+
+    monkeypatch.setattr(pinned, "PinnedArena", Slow)
+    pending = pinned.PendingArena(64, pin=torch.cuda.is_available())
+    got: list[np.ndarray] = []
+    asker = threading.Thread(target=lambda: got.append(pending.allocate(16)))
+    asker.start()
+    asker.join(0.2)
+    assert asker.is_alive() and not got  # waits for the block
+    made.set()
+    asker.join(10)
+    arena = pending.result()
+    assert isinstance(arena, real) and arena.holds(got[0]) and got[0].size == 16
+
+    class Refused(real):
+        def __init__(self, n: int, pin: bool = True):
+            raise RuntimeError("cannot page-lock memory")
+
+    monkeypatch.setattr(pinned, "PinnedArena", Refused)
+    failed = pinned.PendingArena(64)
+    samples = failed.allocate(8)
+    assert samples.shape == (8,) and samples.dtype == np.float32
+    with pytest.raises(RuntimeError, match="page-lock"):
+        failed.result()
+
+
 def test_decode_audio_into_the_arena(shared_data) -> None:
     """A FLAC decodes straight into the arena (decode's allocate hook), equal to a plain decode."""
     flac = (shared_data / "misc" / "jfk.flac").read_bytes()
