@@ -102,6 +102,7 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cuda: plain, --gpus 1 and one GPU actor on Ray (the lent H200)")
     ap.add_argument("--replicate", type=int, default=1, help="copies of the rows, ids made unique")
+    ap.add_argument("--no-shards", action="store_true", help="CPU: leave out the --num-shards 2 run")
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -118,6 +119,8 @@ def main() -> None:
                  logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
         cluster_s, address = time.monotonic() - t0, ray.get_runtime_context().gcs_address
         runs = _gpu_runs(address) if gpu else _cpu_runs(address)
+        if args.no_shards:
+            runs.pop("plain x2 (--num-shards 2)", None)
         results = {name: [] for name in runs}
         for k in range(args.repeat):  # alternated, so a noisy neighbour hits all alike
             for i, (name, go) in enumerate(runs.items()):
@@ -160,6 +163,8 @@ def _print(args: argparse.Namespace, results: dict, cluster_s: float, same: str)
     print("| run | process wall s | in-run wall s | RTFx (in-run) |\n|---|---|---|---|")
     for name, (wall, inrun) in best.items():
         print(f"| {name} | {wall:.1f} | {inrun:.1f} | {audio_s / inrun:.1f} |")
+    for name, runs in results.items():  # every repeat, in order: the machine is noisy
+        print(f"{name}, each run (process / in-run s): " + ", ".join(f"{w:.1f} / {s['wall_seconds']:.1f}" for w, s in runs))
     for name in [n for n in best if n != "plain"]:
         for base in [b for b in best if b != name and (b == "plain" or name == "ray")]:
             print(f"{name} against {base}: process {best[name][0] / best[base][0] - 1:+.1%}, in-run "
