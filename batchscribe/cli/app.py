@@ -149,6 +149,16 @@ def _print_summary(result: RunResult) -> None:
         err.print("nothing left to do: every item already has a committed record (the model was not loaded)")
 
 
+def _prepare_report() -> None:
+    """Start the server the report's scoring workers fork from now, beside the run: it imports
+    this program and the scoring code once, in its own process, so after the run the workers
+    start ready instead of each importing them (seconds of a large run's report). The decode
+    processes of a CPU run fork from the same server (one per process), hence their module too."""
+    from batchscribe.process_context import process_context
+
+    process_context(["__main__", "batchscribe.audio.worker", "batchscribe.eval.report"])
+
+
 def _report_wer(output_dir: Path) -> None:
     """A WER report next to the records when they carry references (run --text-column)."""
     try:

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from batchscribe.audio.sources import SourceOptions
-from batchscribe.cli.app import _Bar, _die, _handled, _print_summary, _report_wer, app, err
+from batchscribe.cli.app import _Bar, _die, _handled, _prepare_report, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
     Attention, AudioColumnOpt, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt, CudaGraphs, Demo,
     Device, DTypeOpt, EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt, Inputs, Language,
@@ -101,6 +101,8 @@ def _runner(device: str, gpus: str | None, fleet_devices: str | None, ray: str |
 
 def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool,
              runner: Runner | None = None) -> None:  # fmt: skip
+    if report:
+        _prepare_report()
     with _handled():
         result = _run_with_bar(items, output, opts, progress, runner or _runner("auto", None, None, None, None))
     _print_summary(result)

@@ -179,7 +179,7 @@ def _score_all(todo: list[tuple[Reference, dict[str, Any] | None]], s: EvalSetti
     keep = {"text", "error", "duration", *s.group_columns}
     slim = [(ref, None if rec is None else {k: v for k, v in rec.items() if k in keep}) for ref, rec in todo]
     chunks = [slim[i : i + CHUNK_ITEMS] for i in range(0, len(slim), CHUNK_ITEMS)]
-    with ProcessPoolExecutor(workers, mp_context=process_context([])) as pool:
+    with ProcessPoolExecutor(workers, mp_context=process_context(["batchscribe.eval.report"])) as pool:
         parts = pool.map(_score_chunk, chunks, repeat(s.normalizer), repeat(s.group_columns))
         return tuple(item for part in parts for item in part)
 

@@ -17,7 +17,9 @@ def finite_or_none(x: float | None) -> float | None:
 
 
 def counts_dict(c: Counts) -> dict[str, Any]:
-    return {**asdict(c), "errors": c.errors, "n_ref": c.n_ref, "rate": finite_or_none(c.rate)}
+    # Not asdict(): its deep copy was most of the time of a large report's items.
+    return {"hits": c.hits, "substitutions": c.substitutions, "deletions": c.deletions, "insertions": c.insertions,
+            "errors": c.errors, "n_ref": c.n_ref, "rate": finite_or_none(c.rate)}
 
 
 def _group_dict(row: GroupRow) -> dict[str, Any]:
@@ -26,10 +28,12 @@ def _group_dict(row: GroupRow) -> dict[str, Any]:
 
 
 def _item_dict(item: Item, with_alignment: bool = False) -> dict[str, Any]:
+    """An item's figures, strict JSON already (report_json does not walk the items again)."""
     out: dict[str, Any] = {
         "id": item.id, "status": item.status, "wer": finite_or_none(item.wer), "cer": finite_or_none(item.chars.rate),
-        "words": counts_dict(item.words), "chars": counts_dict(item.chars), "duration": item.duration,
-        "groups": item.groups, "reference": item.reference, "hypothesis": item.hypothesis,
+        "words": counts_dict(item.words), "chars": counts_dict(item.chars),
+        "duration": finite_or_none(item.duration) if isinstance(item.duration, float) else item.duration,
+        "groups": _finite_json(item.groups), "reference": item.reference, "hypothesis": item.hypothesis,
         "ref_norm": item.ref_norm, "hyp_norm": item.hyp_norm,
     }
     if item.error is not None:
@@ -92,6 +96,13 @@ def _finite_json(value: Any) -> Any:
 
 
 def report_json(report: Report, comparison: Comparison | None = None) -> str:
-    """The text of report.json (without its final newline)."""
-    return json.dumps(_finite_json(report_dict(report, comparison)), indent=1, ensure_ascii=False,
-                      allow_nan=False, default=str)
+    """The text of report.json (without its final newline): indented, except that each of
+    `items` takes one line. json's indenting encoder is pure Python, and over thousands of items
+    it took longer than scoring them; one item a line goes through its C encoder."""
+    out = report_dict(report, comparison)
+    items = out.pop("items")
+    head = json.dumps(_finite_json(out), indent=1, ensure_ascii=False, allow_nan=False, default=str)
+    if not items:
+        return head[:-2] + ',\n "items": []\n}'
+    lines = ",\n  ".join(json.dumps(i, ensure_ascii=False, allow_nan=False, default=str) for i in items)
+    return head[:-2] + ',\n "items": [\n  ' + lines + "\n ]\n}"
