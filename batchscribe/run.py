@@ -121,13 +121,13 @@ class _DecodePlan:
         return opts.engine.batch_size or (CUDA_SLOT_CAP if self.on_cuda else CPU_SLOTS)
 
     def new_arena(self) -> Any:
-        """The pinned arena decode threads fill, being made beside the model load
-        (engine/pinned.PendingArena), or None."""
+        """The pinned arena decode threads fill: the process's shared one, made beside the model
+        load if it is new (engine/pinned.shared_arena), or None."""
         if not self.arena:
             return None
-        from batchscribe.engine.pinned import PendingArena, default_arena_samples
+        from batchscribe.engine.pinned import shared_arena
 
-        return PendingArena(default_arena_samples())
+        return shared_arena()
 
 
 def run(

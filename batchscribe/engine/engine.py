@@ -98,8 +98,8 @@ class Engine:
     # -- admission -----------------------------------------------------------------------------
 
     def enable_arena(self, n_samples: int | None = None, arena: PinnedArena | None = None) -> PinnedArena | None:
-        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once, or
-        `arena` taken (made by the caller before the engine)."""
+        """Pinned memory for decode threads to decode into (CUDA; None on the CPU): `arena`, else
+        the process's shared one (Stager.enable_arena)."""
         return self.staging.enable_arena(n_samples, arena)
 
     @property

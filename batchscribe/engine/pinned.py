@@ -157,6 +157,22 @@ class PendingArena:
         return self._arena.allocate(n_samples)
 
 
+_shared: dict[int, PendingArena] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_arena(n_samples: int | None = None) -> PendingArena:
+    """The process's pinned arena of `n_samples` (default: default_arena_samples()), made once, on
+    a thread. Every engine and every run() of a process stages from and decodes into the same
+    block, so a Transcriber reused across runs (the Python API, a warmed benchmark) never meets
+    a second one. It lives as long as the process: page-locking is slow to do and to undo."""
+    n = n_samples or default_arena_samples()
+    with _shared_lock:
+        if n not in _shared:
+            _shared[n] = PendingArena(n)
+        return _shared[n]
+
+
 def _release(entry: list[int]) -> None:
     """A range's finalizer: marks it free, for the next allocation to reclaim. It takes no lock.
     Finalizers run wherever the last view dies, the garbage collector's runs included, and those

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from batchscribe.constants import N_SAMPLES
-from batchscribe.engine.pinned import PinnedArena, default_arena_samples
+from batchscribe.engine.pinned import PinnedArena, shared_arena
 from batchscribe.engine.requests import WindowRequest
 
 # Columns of an admission pack (int64, one row per admitted window); the prompt row follows them.
@@ -92,12 +92,11 @@ class Stager:
         )
 
     def enable_arena(self, n_samples: int | None = None, arena: PinnedArena | None = None) -> PinnedArena | None:
-        """Pinned memory for decode threads to decode into (CUDA; None on the CPU), made once, or
-        `arena` (made by the caller; samples in it are copied by DMA like the engine's own)."""
-        if self.pinned and arena is not None and self.arena not in (None, arena):
-            raise ValueError("this engine already stages from another pinned arena")
+        """Pinned memory for decode threads to decode into (CUDA; None on the CPU): `arena`, else
+        the process's shared one. An engine keeps the first it was given; samples in another are
+        packed like ordinary memory."""
         if self.pinned and self.arena is None:
-            self.arena = arena or PinnedArena(n_samples or default_arena_samples())
+            self.arena = arena or shared_arena(n_samples).result()
         return self.arena
 
     def release(self) -> None:
