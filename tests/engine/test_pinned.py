@@ -182,3 +182,28 @@ def test_decode_threads_fill_pinned_arena_and_records_are_unchanged(tiny_en_dir,
             assert arena is None
     assert len(texts[True, None]) == 100
     assert texts[True, None] == texts[True, False] == texts[False, None]
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_transcriber_reused_across_runs_keeps_one_arena(tiny_en_dir, shared_data, tmp_path) -> None:
+    """run() starts decoding into the process's pinned arena before the model loads; a Transcriber
+    built beforehand (the Python API, a warmed benchmark) already stages from it, so a second and
+    third run() reuse the same block (the second run used to fail: its new arena was refused)."""
+    from batchscribe.api import Transcriber
+    from batchscribe.audio.sources import SourceOptions
+    from batchscribe.config import DecodeOptions
+    from batchscribe.engine.pinned import shared_arena
+    from batchscribe.run import RunOptions, run
+
+    decode = DecodeOptions(temperatures=(0.0,))
+    t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=16, decode=decode)
+    t.host_allocator()
+    arena = t.scheduler().engine.arena
+    assert arena is shared_arena().result()
+    parquet = shared_data / "librispeech" / "test-other-subset-00000-of-00001.parquet"
+    opts = RunOptions(model=str(tiny_en_dir), decode=decode, source=SourceOptions(limit=8))
+    for k in range(2):
+        result = run([str(parquet)], tmp_path / f"run{k}", opts, transcriber_factory=lambda _: t)
+        assert result.summary["this_run"]["ok"] == 8
+    assert t.scheduler().engine.arena is arena
