@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from batchscribe.attention.base import AttentionBackend, CrossKernel, SelfKernel
-from batchscribe.attention.names import AUTO_SELF, CROSS_KERNELS, SELF_KERNELS, Kernel, auto_cross
+from batchscribe.attention.names import AUTO_CROSS, AUTO_SELF, CROSS_KERNELS, SELF_KERNELS, Kernel
 from batchscribe.attention.sdpa import SdpaBackend, SdpaCross, SdpaSelf
 from batchscribe.config import ConfigError
 
@@ -60,17 +60,15 @@ class AttentionPlan:
         return f"{self.self_kernel}/{self.cross_kernel}/{cross}"
 
 
-def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype,
-                      width: int | None = None) -> AttentionPlan:  # fmt: skip
+def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
     """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for both kinds, or
     "SELF/CROSS" (e.g. "triton/flashinfer_hnd"); `cross_kv` is "auto" or "fp8" (EngineOptions
-    checked it); `width`: the decoder's (n_text_state), which "auto" weighs. Raises ConfigError
-    naming the fix where a kernel cannot run."""
+    checked it). Raises ConfigError naming the fix where a kernel cannot run."""
     half = dtype in (torch.float16, torch.bfloat16)
     if attention == "auto":
         fast = device.type == "cuda" and half
         self_kind = _first_available(AUTO_SELF, SELF_KERNELS) if fast else "sdpa"
-        cross_kind = _first_available(auto_cross(cross_kv, width), CROSS_KERNELS) if fast else "sdpa"
+        cross_kind = _first_available(AUTO_CROSS[cross_kv], CROSS_KERNELS) if fast else "sdpa"
     else:
         self_kind, _, cross_kind = attention.partition("/")
         cross_kind = cross_kind or self_kind

@@ -96,7 +96,7 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     device = resolve_device(options.device)
     cuda = device.type == "cuda"
     dtype = DTYPES[options.dtype or ("float16" if cuda else "float32")]
-    plan = resolve_attention(options.attention, options.cross_kv, device, dtype, dims.n_text_state)
+    plan = resolve_attention(options.attention, options.cross_kv, device, dtype)
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))

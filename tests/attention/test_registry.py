@@ -37,26 +37,3 @@ def test_attention_kinds_resolve() -> None:
     assert not AttentionPlan("flashinfer", "flashinfer", FP8).cross_hnd
     assert isinstance(build_backend(AttentionPlan(), DecoderCache.allocate(tiny_dims(), 1, "cpu", torch.float32),
                                     torch.float32), SdpaBackend)  # fmt: skip
-
-
-def test_auto_picks_the_cross_kernel_by_the_decoders_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA in half precision "auto" takes FlashInfer's cross kernel for wide decoders (measured
-    faster on large-v3's) and Triton's for narrower ones (measured no slower on tiny.en's, and
-    FlashInfer's import is start-up time), an fp8 cache always Triton's; each falls back to the
-    other when its package is missing. No CUDA call is made: availability is stubbed."""
-    import batchscribe.attention.registry as registry
-
-    installed = {"triton", "flashinfer"}
-    monkeypatch.setattr(registry, "package_available", lambda package: package in installed)
-    cuda = torch.device("cuda")
-
-    def cross(width: int | None, cross_kv: str = "auto") -> str:
-        return resolve_attention("auto", cross_kv, cuda, torch.float16, width).cross_kernel
-
-    assert (cross(384), cross(768), cross(1024), cross(1280), cross(None)) == (
-        "triton_hnd", "triton_hnd", "flashinfer_hnd", "flashinfer_hnd", "flashinfer_hnd")
-    assert (cross(384, "fp8"), cross(1280, "fp8")) == ("triton_hnd", "triton_hnd")
-    installed.discard("triton")
-    assert cross(384) == "flashinfer_hnd"
-    installed.discard("flashinfer")
-    assert cross(1280) == "sdpa"
