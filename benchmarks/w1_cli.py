@@ -154,6 +154,7 @@ def main() -> None:
     ap.add_argument("--before", type=Path, default=None, help="a tree with an earlier batchscribe/ (stage.sh's "
                     ".before, its commit in COMMIT): first cold runs alternated between it and this checkout")
     ap.add_argument("--rounds", type=int, default=2, help="with --before: alternated rounds")
+    ap.add_argument("--ab-only", action="store_true", help="with --before: the alternated runs only")
     args = ap.parse_args()
     import common
 
@@ -164,6 +165,8 @@ def main() -> None:
         seconds_per_row = audio_s / n_items
         if args.before is not None:
             ab(data, tmp, args.before, args.rounds, audio_s)
+            if args.ab_only:
+                return
         start = cli_run(data, tmp / "start", limit=3)
         print(f"start-up: a 3-row run takes {start['wall']:.2f} s (model load {start['summary']['model_load_seconds']:.2f} s)", flush=True)
         if args.profile is not None:
