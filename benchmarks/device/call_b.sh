@@ -10,6 +10,10 @@ export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$S
 # Every test marked gpu (they skip without CUDA on the CPU machine), wherever it lives in tests/.
 timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -m gpu tests "$@" > $OUT/tests.txt 2>&1
 tail -4 $OUT/tests.txt | cut -c1-300
+# What the suite left running (a Ray daemon, a worker) takes CPU from every later benchmark here.
+ps -eo pid,pcpu,etime,args --sort=-pcpu --no-headers | grep -v -E "ps -eo|grep" | head -5 | cut -c1-160 > $OUT/left.txt
+pkill -f -E "raylet|gcs_server|ray::|dashboard" 2>/dev/null || true
+echo "left by the suite (top CPU):"; cat $OUT/left.txt
 # JIT-built FlashInfer modules, for .fiaot/ here (a result folder holds at most 8 files: one tarball).
 (cd $HOME/.cache/flashinfer 2>/dev/null && find . -name "*.so" | tar czf $OUT/aot.tgz -T -) || true
 [ "${SKIP_W1:-0}" = 1 ] && exit 0  # e.g. when call_c.sh runs W1 next

@@ -12,3 +12,7 @@ if [ ! -e "$PYTHONPYCACHEPREFIX/.compiled" ]; then
     python3 -m compileall -q -j 16 "$site" /tmp/site > /dev/null 2>&1
     touch "$PYTHONPYCACHEPREFIX/.compiled"
 fi
+# The host as this call finds it: a VM that ran the GPU suite before measured W1-CLI ~50 % slower
+# than a fresh one (docs/GPU_NOTES.md, seventeenth session), so every call says what else runs.
+echo "host: $(nproc) cores, up $(cut -d' ' -f1 /proc/uptime) s, load $(cut -d' ' -f1-3 /proc/loadavg);" \
+    "busiest: $(ps -eo pcpu,comm --sort=-pcpu --no-headers | head -3 | tr -s ' ' | paste -sd, -)"
