@@ -184,7 +184,7 @@ def run(
             if decoded is None:
                 decoded = _decoded(skip(items), opts, plan, transcriber.host_allocator() if plan.arena else None,
                                    transcriber.n_slots)  # fmt: skip
-            summary = _run_pipeline(decoded, transcriber, sink, opts, lambda status: run_summary(
+            summary = _run_pipeline(decoded, transcriber, sink, lambda status: run_summary(
                 inputs, opts, state, sink, described, start_time, status))
             write_summary(output_dir, summary, summary_name(prefix))
     if sink.stop:
@@ -209,7 +209,7 @@ def _load(opts: RunOptions, plan: _DecodePlan, factory: TranscriberFactory | Non
     return transcriber, time.monotonic() - start
 
 
-def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Sink, opts: RunOptions,
+def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Sink,
                   summarize: Callable[[str], dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """Run, then commit what is buffered and build the summary, whatever stopped the run; an
     interrupt's summary is written before the interrupt goes on."""

@@ -96,9 +96,6 @@ class Sink:
     def skipped(self) -> int:
         return self.skip.skipped
 
-    def skip_completed(self, items: Iterable[SourceItem]) -> Iterator[SourceItem]:
-        return self.skip(items)
-
     def add(self, record: dict[str, Any]) -> None:
         with self._lock:
             self.writer.add(record)
