@@ -165,25 +165,12 @@ def run(
                     return nothing_left(state, opts, skipped, start_wall, start_time)
                 items = pending
             skip = CompletedFilter(state, skipped)
-            decoded, arena = None, None
-            if plain and plan.threads:
-                # Decode while the model loads, so the first admissions find their audio ready. Only
-                # a plain run's completed ids are final before the load (--overwrite and
-                # --retry-errors change them in open_sink); decode processes would compete with it.
-                arena = plan.new_arena()
-                decoded = _decoded(skip(items), opts, plan, arena, plan.slots_hint(opts))
-            try:
-                transcriber, load_seconds = _load(opts, plan, transcriber_factory, arena)
-                described = jsonable(transcriber.describe())
-                sink = open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
+
+            def open_(described: dict[str, Any], load_seconds: float) -> Sink:
+                return open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
                                  estimate_total(inputs, opts.source), progress, load_seconds, skip)  # fmt: skip
-            except BaseException:
-                if decoded is not None:
-                    _close(decoded)
-                raise
-            if decoded is None:
-                decoded = _decoded(skip(items), opts, plan, transcriber.host_allocator() if plan.arena else None,
-                                   transcriber.n_slots)  # fmt: skip
+
+            transcriber, described, sink, decoded = _start(skip(items), plain, opts, plan, transcriber_factory, open_)
             summary = _run_pipeline(decoded, transcriber, sink, lambda status: run_summary(
                 inputs, opts, state, sink, described, start_time, status))
             write_summary(output_dir, summary, summary_name(prefix))
@@ -195,6 +182,31 @@ def run(
             f"transcribe them again (a plain rerun keeps committed error records and skips them)."
         )
     return RunResult(output_dir, summary, tuple(sink.writer.committed))
+
+
+def _start(todo: Iterator[SourceItem], plain: bool, opts: RunOptions, plan: _DecodePlan,
+           factory: TranscriberFactory | None,
+           open_: Callable[[dict[str, Any], float], Sink]) -> tuple[TranscriberLike, dict[str, Any], Sink, Iterator[Any]]:  # fmt: skip
+    """The transcriber, its description, the sink (`open_`) and the decoded items' stream. With
+    decode threads, a plain run decodes while the model loads, so the first admissions find their
+    audio ready: only a plain run's completed ids are final before the load (--overwrite and
+    --retry-errors change them in open_sink), and decode processes would compete with it."""
+    decoded, arena = None, None
+    if plain and plan.threads:
+        arena = plan.new_arena()
+        decoded = _decoded(todo, opts, plan, arena, plan.slots_hint(opts))
+    try:
+        transcriber, load_seconds = _load(opts, plan, factory, arena)
+        described = jsonable(transcriber.describe())
+        sink = open_(described, load_seconds)
+    except BaseException:
+        if decoded is not None:
+            _close(decoded)  # a model that failed to load: the decode threads end too
+        raise
+    if decoded is None:
+        allocate = transcriber.host_allocator() if plan.arena else None
+        decoded = _decoded(todo, opts, plan, allocate, transcriber.n_slots)
+    return transcriber, described, sink, decoded
 
 
 def _load(opts: RunOptions, plan: _DecodePlan, factory: TranscriberFactory | None,
