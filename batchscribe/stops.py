@@ -65,9 +65,12 @@ def stop_signals() -> Iterator[None]:
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Hold a stop signal until the block ends, then raise it (if the block raised nothing else)."""
+    """Hold a stop signal until the block ends, then raise it (if the block raised nothing else).
+    On a thread other than the main one it does nothing: a stop is raised only in the main thread,
+    and a block of another thread (the decode pool's submit on the read-ahead thread) that counted
+    would hold the main thread's stop past its own block and raise it on that thread instead."""
     stops = _active
-    if stops is None:
+    if stops is None or threading.current_thread() is not threading.main_thread():
         yield
         return
     stops.depth += 1

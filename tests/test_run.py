@@ -404,11 +404,16 @@ def test_a_failed_model_load_stops_the_decoding_it_started(tmp_path: Path) -> No
     assert not list((tmp_path / "out").glob("records-*"))
 
 
+@pytest.mark.parametrize("threads", [False, True], ids=["inline", "decoding-during-the-load"])
 @pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
 def test_a_stop_during_the_model_load_is_raised_after_it_and_changes_nothing(
-        tmp_path: Path, signum: int, raised: type[BaseException]) -> None:  # fmt: skip
+        tmp_path: Path, signum: int, raised: type[BaseException], threads: bool) -> None:  # fmt: skip
     """A KeyboardInterrupt inside native code that calls Python (torch's imports, a capture) aborts
-    the process, so run() holds a stop that comes while the model loads until the load ends."""
+    the process, so run() holds a stop that comes while the model loads until the load ends. With
+    decode threads, decoding already runs during the load: the stop ends those threads too."""
+    import threading
+
+    before = {t.name for t in threading.enumerate()}
     steps: list[str] = []
 
     def load(o: RunOptions) -> FakeTranscriber:
@@ -418,9 +423,10 @@ def test_a_stop_during_the_model_load_is_raised_after_it_and_changes_nothing(
 
     manifest, _ = make_manifest(tmp_path, n_copies=1)
     with pytest.raises(raised) as caught:
-        run([str(manifest)], tmp_path / "out", opts(), load)
+        run([str(manifest)], tmp_path / "out", opts(decode_threads=threads, workers=2 if threads else 0), load)
     assert steps == ["loaded"] and (caught.type is Terminated) == (signum == signal.SIGTERM)
     assert not read_all(tmp_path / "out") and not (tmp_path / "out" / "summary.json").exists()
+    assert not [t for t in threading.enumerate() if t.name not in before and t.is_alive()]
 
 
 def test_a_stop_mid_run_shuts_the_decode_processes_down_before_run_returns(tmp_path: Path) -> None:

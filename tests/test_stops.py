@@ -102,3 +102,33 @@ def test_sigint_while_torch_imports_in_deferred_ends_as_a_keyboard_interrupt_aft
     """)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[-2:] == ["imported", "interrupted after"]
+
+
+def test_a_deferred_block_of_another_thread_neither_holds_nor_takes_the_main_threads_stop() -> None:
+    """run() decodes during the model load: the decode pool's submit runs in deferred() on the
+    read-ahead thread. A stop that comes while that block is open is still raised in the main
+    thread when the main thread's own block ends (it was held to the other thread's block's end,
+    and then raised on that thread)."""
+    import threading
+
+    inside, release = threading.Event(), threading.Event()
+    raised_there: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            with deferred():
+                inside.set()
+                release.wait(10)
+        except BaseException as exc:  # noqa: BLE001  (what must not happen)
+            raised_there.append(exc)
+
+    with stop_signals():
+        thread = threading.Thread(target=other)
+        thread.start()
+        inside.wait(10)
+        with pytest.raises(KeyboardInterrupt):
+            with deferred():
+                signal.raise_signal(signal.SIGINT)
+        release.set()
+        thread.join(10)
+    assert raised_there == []
