@@ -411,3 +411,31 @@ def test_ray_without_an_address_means_a_local_cluster() -> None:
     assert optional_ray_address(["run", "x", "--ray", "--ray-workers", "2"]) == [
         "run", "x", "--ray", "local", "--ray-workers", "2"]
     assert optional_ray_address(["run", "x", "--ray", "10.0.0.1:6379"]) == ["run", "x", "--ray", "10.0.0.1:6379"]
+
+
+def test_the_reports_workers_fork_with_the_cli_and_the_scoring_code_imported(tmp_path: Path) -> None:
+    """`run` starts the scoring workers' forkserver before the run: a worker forked after it has
+    batchscribe.cli (which the console script re-runs in every worker) and the scoring code
+    imported already, without importing anything itself. In a fresh process: the forkserver is
+    one a process, and the test process's may have started with other preloads."""
+    import textwrap
+
+    script = tmp_path / "check.py"
+    script.write_text(textwrap.dedent("""
+        import sys
+        from concurrent.futures import ProcessPoolExecutor
+
+        def loaded(_):
+            return sorted(m for m in ("batchscribe.cli", "batchscribe.eval.report") if m in sys.modules)
+
+        if __name__ == "__main__":
+            from batchscribe.cli.app import _prepare_report
+            from batchscribe.process_context import process_context
+
+            _prepare_report()
+            with ProcessPoolExecutor(1, mp_context=process_context(["batchscribe.eval.report"])) as pool:
+                print(pool.submit(loaded, 0).result())
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['batchscribe.cli', 'batchscribe.eval.report']"

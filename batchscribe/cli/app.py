@@ -151,12 +151,14 @@ def _print_summary(result: RunResult) -> None:
 
 def _prepare_report() -> None:
     """Start the server the report's scoring workers fork from now, beside the run: it imports
-    this program and the scoring code once, in its own process, so after the run the workers
-    start ready instead of each importing them (seconds of a large run's report). The decode
-    processes of a CPU run fork from the same server (one per process), hence their module too."""
+    the CLI and the scoring code once, in its own process, so after the run the workers start
+    ready instead of each importing them (seconds of a large run's report). Each worker re-runs
+    the `batchscribe` script as `__mp_main__`, whose import of batchscribe.cli is then done
+    already (a "__main__" preload would do nothing: CPython never hands the server a main path).
+    The decode processes of a CPU run fork from the same server (one a process), hence theirs."""
     from batchscribe.process_context import process_context
 
-    process_context(["__main__", "batchscribe.audio.worker", "batchscribe.eval.report"])
+    process_context(["batchscribe.cli", "batchscribe.audio.worker", "batchscribe.eval.report"])
 
 
 def _report_wer(output_dir: Path) -> None:
