@@ -5,8 +5,9 @@ plain functions of Ray Data's batches (dicts of columns), so they are tested wit
 A batch row is (id, audio): `audio` a `{bytes, path}` struct as Hugging Face datasets store it
 (or its decoded `{array, sampling_rate}`), encoded bytes, or a path, read as the plain run's
 sources read it (`audio_value`). `decode_batch` turns it into `samples` (float32 bytes) or `error`, and
-`Transcribe` accepts either form. Each output row is one record: `id`, `text`, `error` (None when
-ok) and `record`, the whole verbose_json record as JSON, exactly what `batchscribe run` writes.
+`Transcribe` accepts either form (raw rows it decodes itself, with `read=`: decode_batch's
+keywords). Each output row is one record: `id`, `text`, `error` (None when ok) and `record`, the
+whole verbose_json record as JSON, exactly what `batchscribe run` writes.
 """
 
 from __future__ import annotations
@@ -100,17 +101,18 @@ class Transcribe:
 
     def __init__(self, model: str = "tiny.en", *, cache_dir: str | None = None, decode: DecodeOptions | None = None,
                  engine: EngineOptions | None = None, audio_column: str = "audio", id_column: str = "id",
-                 describe: bool = False, **options: Any) -> None:  # fmt: skip
+                 describe: bool = False, read: Mapping[str, Any] | None = None, **options: Any) -> None:  # fmt: skip
         from batchscribe.api import Transcriber
 
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
         self.feed = Feed(self.transcriber)  # one engine stream for every call, however many run at once
-        self.audio_column, self.id_column = audio_column, id_column
+        # How a raw row is decoded here: decode_batch's keywords (the driver passes the run's columns)
+        self.read = {"id_column": id_column, "audio_column": audio_column, **(read or {})}
         self.described = json.dumps(jsonable(self.transcriber.describe())) if describe else None
 
     def __call__(self, batch: Batch) -> dict[str, np.ndarray]:
-        if "samples" not in batch:  # raw rows: decode here (the pipeline's CPU stage was skipped)
-            batch = decode_batch(batch, self.id_column, self.audio_column)
+        if "samples" not in batch:  # raw rows: decoded on this call's thread while the engine steps
+            batch = decode_batch(batch, **self.read)
         ids = [str(i) for i in batch["id"]]
         extras = [json.loads(e) if isinstance(e, str) else {} for e in batch.get("extra", [None] * len(ids))]
         # NOTE: Ray may hand a column of Nones back as floats (NaN): only a str is a value here.

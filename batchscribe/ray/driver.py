@@ -1,7 +1,8 @@
 """`batchscribe run INPUT -o OUT --ray [ADDRESS] --ray-workers N`: the run on Ray Data.
 
-Ray Data reads the Parquet inputs (streaming), CPU tasks decode the audio (`actor.decode_batch`)
-and N actors transcribe (`actor.Transcribe`, one engine each, one GPU each on a GPU cluster). The
+Ray Data reads the Parquet inputs (streaming), CPU tasks decode the audio ahead of GPU actors
+(`actor.decode_batch`; CPU actors decode their own rows) and N actors transcribe
+(`actor.Transcribe`, one engine each, one GPU each on a GPU cluster). The
 records stream back to this driver, which is the folder's one writer: it holds the lock for the
 whole run and commits every record through the same ShardWriter, manifest and run config as a
 plain run (prefix `records`, or the `--num-shards` part's), so a --ray folder and a plain one
@@ -214,6 +215,7 @@ class _Stages:
         engine = self.opts.engine
         device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
         rows = rows_per_call(self.gpus, engine.batch_size)
+        calls = calls_per_actor(self.gpus, engine.batch_size)
         try:
             # One block, one actor call: Ray Data returns a task's records only when its whole input
             # block is done, and a Parquet row group is one block (thousands of rows, on one actor).
@@ -221,15 +223,18 @@ class _Stages:
             ds = ds.repartition(target_num_rows_per_block=rows)
         except TypeError:
             pass
-        ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs={
-            "id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
-            "passthrough": list(cols.passthrough), "prompt_column": cols.prompt,
-            "base_dir": folders.pop() if len(folders) == 1 else None})  # fmt: skip
+        read = {"id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
+                "passthrough": list(cols.passthrough), "prompt_column": cols.prompt,
+                "base_dir": folders.pop() if len(folders) == 1 else None}  # fmt: skip
+        # A CPU actor decodes its rows on its call threads: decode tasks there cost more (their
+        # Python workers, the samples through the object store) than the decoding they take off it.
+        if self.gpus:
+            ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs=read)
         ds = ds.map_batches(
-            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers), num_gpus=self.gpus,
+            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers, calls), num_gpus=self.gpus,
             num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
-                                   "decode": self.opts.decode, "describe": True,
+                                   "decode": self.opts.decode, "describe": True, "read": read,
                                    "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
         for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             yield from table.to_pylist()
@@ -239,21 +244,30 @@ class _Stages:
 
 
 def rows_per_call(gpus: int, batch_size: int | None) -> int:
-    """Rows per actor call (and per decode task). Two calls run at once on an actor's one engine
-    stream (ray/feed.py): on a GPU a call is the slots' worth, so the next call's rows fill slots
-    while this one's last windows finish; on the CPU a quarter of them, so a small input still
-    spreads evenly over the actors and records reach the driver as calls end."""
+    """Rows per actor call (and per decode task). Several calls run at once on an actor's one
+    engine stream (ray/feed.py, `calls_per_actor`). On a GPU a call is the slots' worth. On the
+    CPU a call is one row: a row's slot then frees and its record leaves as soon as it is done
+    (a bigger call holds its finished rows until the last one ends, and with them rows that
+    would fill slots), and a small input spreads over the actors row by row."""
     slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
-    return slots if gpus else max(1, slots // 4)
+    return slots if gpus else 1
 
 
-def _actor_pool(data: Any, workers: int) -> Any:
-    """Two calls at once on each actor, so its engine never drains between calls (ray/feed.py),
-    and no more queued: a task queued on a busy actor waits while another may stand idle. A Ray
+def calls_per_actor(gpus: int, batch_size: int | None) -> int:
+    """Calls running at once on an actor: enough that their rows cover the engine's slots, and
+    one more, so the slots stay full while a call's last windows finish (a call's rows come back
+    only when all are done) and the next call's rows are already there."""
+    slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
+    return -(-slots // rows_per_call(gpus, batch_size)) + 1
+
+
+def _actor_pool(data: Any, workers: int, calls: int = 2) -> Any:
+    """`calls` at once on each actor, all feeding its one engine stream (ray/feed.py), and none
+    queued beyond them: a task queued on a busy actor waits while another may stand idle. A Ray
     without these arguments runs one call at a time."""
     try:
-        return data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
-                                      enable_true_multi_threading=True)  # fmt: skip
+        return data.ActorPoolStrategy(size=workers, max_tasks_in_flight_per_actor=calls,
+                                      max_concurrent_calls_per_actor=calls, enable_true_multi_threading=True)  # fmt: skip
     except TypeError:
         return data.ActorPoolStrategy(size=workers)
 

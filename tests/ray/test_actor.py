@@ -5,6 +5,7 @@ run's decode pool on the same bytes."""
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -171,3 +172,24 @@ def test_ray_refuses_repeated_ids_naming_them_before_anything_is_written(tmp_pat
     assert result.exit_code == 2, result.output
     assert "repeats 1 id(s) ('a')" in result.output and "without --ray" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) -> None:
+    """On the CPU the pipeline has no decode tasks: the actor gets the raw rows and `read=` (the
+    run's columns). Its records must equal those of the same rows decoded first by decode_batch,
+    the GPU path's CPU stage: the reference text, passthrough columns and a bad file's error too."""
+    from batchscribe.config import EngineOptions
+    from batchscribe.ray.actor import Transcribe
+
+    read = {"id_column": "key", "audio_column": "sound", "text_column": "text", "passthrough": ["speaker"],
+            "prompt_column": None, "base_dir": None}  # fmt: skip
+    raw = {"key": np.array(["a", "bad", "c"], dtype=object),
+           "sound": np.array([{"bytes": _flac(0.6), "path": None}, {"bytes": BAD, "path": None},
+                              {"bytes": _flac(1.1), "path": None}], dtype=object),
+           "text": np.array(["one", "two", "three"], dtype=object), "speaker": np.array([7, 8, 9])}  # fmt: skip
+    actor = Transcribe(str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=4), read=read)
+    got, want = actor(raw), actor(decode_batch(raw, **read))
+    assert {k: list(v) for k, v in got.items()} == {k: list(v) for k, v in want.items()}
+    records = [json.loads(r) for r in got["record"]]
+    assert [r["speaker"] for r in records] == [7, 8, 9] and [r.get("reference") for r in records][0] == "one"
+    assert got["error"][1] is not None and got["error"][0] is None

@@ -12,6 +12,7 @@ from batchscribe.ray.driver import (
     GPU_ACTOR_CPUS,
     GPU_SLOTS,
     _actor_pool,
+    calls_per_actor,
     decode_tasks,
     rows_per_call,
 )
@@ -26,18 +27,26 @@ def test_decode_tasks_use_the_cpus_the_actors_leave(cpus: int, actor_cpus: float
     assert tasks == 2 or tasks <= left < tasks + 1  # else every CPU the actors leave, and no more
 
 
-def test_each_actor_runs_two_calls_at_once_and_queues_no_more() -> None:
+def test_each_actor_runs_its_calls_at_once_and_queues_no_more() -> None:
     data = pytest.importorskip("ray.data", reason="the ray extra is not installed")
-    pool = _actor_pool(data, 3)
+    pool = _actor_pool(data, 3, 17)
     assert (pool.min_size, pool.max_size) == (3, 3)
-    assert pool.max_concurrent_calls_per_actor == 2 and pool.max_tasks_in_flight_per_actor == 2
+    assert pool.max_concurrent_calls_per_actor == 17 and pool.max_tasks_in_flight_per_actor == 17
 
 
-@pytest.mark.parametrize(("gpus", "batch_size", "rows"), [(1, None, GPU_SLOTS), (1, 64, 64), (0, None, CPU_SLOTS // 4),
-                                                          (0, 4, 1), (0, 2, 1)])  # fmt: skip
-def test_rows_per_call_fill_the_slots_on_a_gpu_and_spread_small_inputs_on_the_cpu(gpus: int, batch_size: int | None,
-                                                                                  rows: int) -> None:  # fmt: skip
+@pytest.mark.parametrize(("gpus", "batch_size", "rows"), [(1, None, GPU_SLOTS), (1, 64, 64), (0, None, 1), (0, 4, 1)])
+def test_rows_per_call_fill_the_slots_on_a_gpu_and_are_single_rows_on_the_cpu(gpus: int, batch_size: int | None,
+                                                                              rows: int) -> None:  # fmt: skip
     assert rows_per_call(gpus, batch_size) == rows
+
+
+@pytest.mark.parametrize(("gpus", "batch_size"), [(1, None), (1, 64), (0, None), (0, 4), (0, 1)])
+def test_the_calls_on_an_actor_hold_its_slots_and_one_call_more(gpus: int, batch_size: int | None) -> None:
+    """A call's records come back only when all its rows are done, so the rows held must cover
+    the slots with a call to spare; more would pin rows to one actor that another could take."""
+    slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
+    rows, calls = rows_per_call(gpus, batch_size), calls_per_actor(gpus, batch_size)
+    assert (calls - 1) * rows >= slots > (calls - 2) * rows
 
 
 def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
