@@ -28,6 +28,8 @@ computes at once and `result()` only unpacks.
 from __future__ import annotations
 
 import logging
+import time
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -106,8 +108,11 @@ class Aligner:
     and queues them `max_batch` at a time (on CUDA, per token bucket)."""
 
     def __init__(self, model: Whisper, cache: DecoderCache, heads: Sequence[tuple[int, int]],  # (layer, head)
-                 eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False):  # fmt: skip
+                 eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False,
+                 timings: defaultdict[str, float] | None = None):  # fmt: skip
         self.model, self.cache = model, cache
+        # The caller's counters (the engine's): batches, their real windows, first-use seconds.
+        self.timings = timings if timings is not None else defaultdict(float)
         self.heads = tuple(heads)
         self.eot, self.no_timestamps = eot, no_timestamps
         self.dtype = next(model.parameters()).dtype
@@ -179,11 +184,19 @@ class Aligner:
             size = (length, self.model.dims.n_audio_ctx)
         else:  # the CPU computes only what its windows cover
             size = (max(len(w.text_tokens) for w in windows) + 1, max(w.num_frames // 2 for w in windows))
+        self.timings["align_batches"] += 1
+        self.timings["align_batch_windows"] += len(windows)
         if self.graphs is not None and length in self._seen:
+            t0 = time.perf_counter()
+            new = length not in self.graphs.captured
             probs, path = self.graphs.run(packed, size)
+            if new:
+                self.timings["align_capture_s"] += time.perf_counter() - t0
         else:
             self._seen.add(length)
+            t0 = time.perf_counter()
             probs, path = self._forward(packed.to(self.device, non_blocking=True), size)
+            self.timings["align_eager_s"] += time.perf_counter() - t0
         # NOTE: a replay's outputs are its bucket's static buffers, rewritten by the next replay of
         # that bucket: these copies are queued before it, so stream order keeps them intact.
         if not isinstance(path, list):  # the device DTW: ([2, B', steps], [B']) int32

@@ -61,7 +61,7 @@ class Engine:
         # Word timestamps: the alignment pass reads the finished windows' cross K/V in their slots.
         self.aligner = None if alignment_heads is None else Aligner(
             model, self.cache, alignment_heads, spec.rules.eot, spec.rules.no_timestamps,
-            max_batch=min(n_slots, 16), graphs=config.cuda_graphs)  # fmt: skip
+            max_batch=min(n_slots, 16), graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.
         self.steps_per_look = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
