@@ -37,6 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from batchscribe.attention.triton_common import triton_available
+from batchscribe.attention.triton_window import window_cross_attention
 from batchscribe.engine import dtw_device
 from batchscribe.engine.align_matrix import batch_matrix
 from batchscribe.engine.graphs import PassGraphs
@@ -46,6 +48,7 @@ from batchscribe.model.whisper import Whisper
 log = logging.getLogger(__name__)
 LENGTHS = (64, 128, 256)  # token buckets on CUDA, below the model's whole context (448)
 _FIELDS = 4  # the packed input's leading columns: slot, prefix length, text length, frames
+PROB_ROWS = 2048  # token rows whose vocabulary logits are formed at once (~0.3 GB at 51,864 tokens)
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,7 @@ class Aligner:
 
     def __init__(self, model: Whisper, cache: DecoderCache, heads: Sequence[tuple[int, int]],  # (layer, head)
                  eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False,
-                 timings: defaultdict[str, float] | None = None):  # fmt: skip
+                 timings: defaultdict[str, float] | None = None, in_place: bool | None = None):  # fmt: skip
         self.model, self.cache = model, cache
         # The caller's counters (the engine's): batches, their real windows, first-use seconds.
         self.timings = timings if timings is not None else defaultdict(float)
@@ -125,6 +128,17 @@ class Aligner:
         self._by_layer: dict[int, list[int]] = {}  # per layer, the heads read there
         for layer, head in self.heads:
             self._by_layer.setdefault(layer, []).append(head)
+        # Where Triton runs, the cross-attention reads the slots in place (attention/triton_window.py):
+        # per layer, each head's index among `heads` (-1: not an alignment head). Empty: gather.
+        # fp32 models keep the gather: the kernel's products would be TF32.
+        self._head_index: dict[int, torch.Tensor] = {}
+        if in_place is None:
+            in_place = self.fixed and triton_available() and self.dtype in (torch.float16, torch.bfloat16)
+        if in_place:
+            index = {layer: [-1] * model.dims.n_text_head for layer in self._by_layer}
+            for k, (layer, head) in enumerate(self.heads):
+                index[layer][head] = k
+            self._head_index = {layer: torch.tensor(row, dtype=torch.int32, device=self.device) for layer, row in index.items()}
         self.graphs = PassGraphs(self._forward, self.device, _FIELDS) if graphs and self.fixed else None
         self._seen: set[int] = set()  # buckets run once (eagerly): the next use captures
 
@@ -245,16 +259,18 @@ class Aligner:
     def _token_probs(self, hidden: torch.Tensor, tokens: torch.Tensor, at: torch.Tensor) -> torch.Tensor:
         """P(token after row at[b, k] | the rows up to it) for k < n - 1: row <|notimestamps|> + k
         predicts text token k. hidden [B, L, d], tokens [B, L], at [B, n] -> [B, n - 1] float32.
-        One window at a time: [n - 1, vocab] float32 logits per window, not the batch's."""
+        Every window's rows in a few large GEMMs ([rows, eot] logits in the model's dtype, each
+        softmax in float32 straight from them): per-window calls left most SMs idle. At most
+        PROB_ROWS rows at a time bound the logits' memory."""
         weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
         rows, length = at[:, :-1], tokens.shape[1]
-        target = tokens.gather(1, (rows + 1).clamp(max=length - 1)).clamp(max=self.eot - 1)  # [B, n - 1]
-        states = hidden.gather(1, rows[:, :, None].expand(-1, -1, hidden.shape[-1]))  # [B, n - 1, d]
-        out = torch.empty(rows.shape, dtype=torch.float32, device=hidden.device)
-        for b in range(rows.shape[0]):
-            logits = (states[b] @ weight.T).float()  # [n - 1, eot]
-            out[b] = logits.softmax(dim=-1).gather(1, target[b][:, None])[:, 0]
-        return out
+        target = tokens.gather(1, (rows + 1).clamp(max=length - 1)).clamp(max=self.eot - 1).reshape(-1, 1)  # [R, 1]
+        states = hidden.gather(1, rows[:, :, None].expand(-1, -1, hidden.shape[-1])).flatten(0, 1)  # [R, d]
+        out = torch.empty(states.shape[0], dtype=torch.float32, device=hidden.device)  # [R]
+        for a in range(0, states.shape[0], PROB_ROWS):
+            logits = states[a : a + PROB_ROWS] @ weight.T  # [r, eot], the model's dtype
+            out[a : a + PROB_ROWS] = logits.softmax(dim=-1, dtype=torch.float32).gather(1, target[a : a + PROB_ROWS])[:, 0]
+        return out.view(rows.shape)
 
     def _decode(self, tokens: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder over whole sequences: tokens [B, L] over the cross K/V of `slots` [B] -> the
@@ -264,6 +280,10 @@ class Aligner:
         length = tokens.shape[1]
         x = dec.embed_tokens(tokens) + dec.embed_positions.weight[:length]
         picked: dict[tuple[int, int], torch.Tensor] = {}
+        scores = None  # [B, heads, L, n_audio_ctx] float32, filled layer by layer by the kernel
+        if self._head_index:
+            scores = torch.empty((tokens.shape[0], len(self.heads), length, self.model.dims.n_audio_ctx),
+                                 dtype=torch.float32, device=tokens.device)  # fmt: skip
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
             h = layer.self_attn_layer_norm(x)
@@ -271,12 +291,20 @@ class Aligner:
             x = x + attn.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
             cross = layer.encoder_attn
             q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [B, H, L, D]
-            k, v = self.cache.cross_rows(i, slots, self.dtype)  # [B, H, n_audio_ctx, D]
-            for head in self._by_layer.get(i, ()):
-                picked[(i, head)] = (q[:, head].float() @ k[:, head].float().transpose(-1, -2)) * cross.head_dim**-0.5
-            x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
+            if scores is not None:  # in place in the slots, the heads' scores written on the way
+                index = self._head_index.get(i)
+                out = window_cross_attention(q, self.cache.cross_k[i], self.cache.cross_v[i], slots, self.cache.cross_hnd,
+                                             None if index is None else scores, index)  # fmt: skip
+                x = x + cross.out_proj(out.flatten(2))
+            else:
+                k, v = self.cache.cross_rows(i, slots, self.dtype)  # [B, H, n_audio_ctx, D]
+                for head in self._by_layer.get(i, ()):
+                    picked[(i, head)] = (q[:, head].float() @ k[:, head].float().transpose(-1, -2)) * cross.head_dim**-0.5
+                x = x + cross.out_proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).flatten(2))
             x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
-        return dec.layer_norm(x), torch.stack([picked[h] for h in self.heads], dim=1)
+        if scores is None:
+            scores = torch.stack([picked[h] for h in self.heads], dim=1)
+        return dec.layer_norm(x), scores
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:

@@ -13,11 +13,14 @@ timeout 240 python3 -m pytest -q -m gpu tests/engine/test_graph_replay_options.p
 tail -4 $OUT/tests.txt | cut -c1-300
 P=../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
 cd benchmarks
+i=0
 for v in "--configs auto:auto" "--word-timestamps" "--configs auto:auto" "--word-timestamps"; do
-    echo "== $v"; timeout 90 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v 2>&1 | grep -E "RTFx|host seconds" | cut -c1-420
+    i=$((i + 1))
+    timeout 90 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append $v > $OUT/words_$i.txt 2>&1
+    echo "== $v"; grep -E "RTFx|host seconds" $OUT/words_$i.txt | cut -c1-900
 done
 if [ -n "${PROFILE:-}" ]; then  # PROFILE=ROWS: where a words run's time goes (torch.profiler)
     timeout 120 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append --word-timestamps \
-        --profile $PROFILE 2>&1 | grep -v "^\[transformers\]" | cut -c1-170 > $OUT/profile.txt
+        --profile $PROFILE 2>&1 | grep -v "^\[transformers\]" > $OUT/profile.txt
     grep -E "device busy|RTFx" $OUT/profile.txt
 fi

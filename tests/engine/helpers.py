@@ -85,9 +85,11 @@ def openai_model(model_dir):
     return model.eval()
 
 
-def aligner_over(model, audios: list[np.ndarray], eot: int, no_timestamps: int, max_batch: int, graphs: bool = False):
+def aligner_over(model, audios: list[np.ndarray], eot: int, no_timestamps: int, max_batch: int, graphs: bool = False,
+                 in_place: bool | None = None, hnd: bool = False):  # fmt: skip
     """An Aligner (engine/alignment.py) and the slots it reads: window k's cross K/V encoded from
-    audios[k] into slot k of a fresh decoder cache, as admission leaves them (on the model's device)."""
+    audios[k] into slot k of a fresh decoder cache (heads first with `hnd`), as admission leaves
+    them (on the model's device). `in_place`: the Aligner's choice of cross-attention kernel."""
     import torch
 
     from batchscribe.audio.features import LogMel
@@ -97,7 +99,7 @@ def aligner_over(model, audios: list[np.ndarray], eot: int, no_timestamps: int, 
     from batchscribe.model.cache import DecoderCache
 
     device, dtype = next(model.parameters()).device, next(model.parameters()).dtype
-    cache = DecoderCache.allocate(model.dims, len(audios), device, dtype)
+    cache = DecoderCache.allocate(model.dims, len(audios), device, dtype, cross_hnd=hnd)
     audio = torch.zeros(len(audios), N_SAMPLES)
     for k, a in enumerate(audios):
         audio[k, : len(a)] = torch.from_numpy(a[:N_SAMPLES])
@@ -105,4 +107,4 @@ def aligner_over(model, audios: list[np.ndarray], eot: int, no_timestamps: int, 
         enc = model.encoder(LogMel(model.dims.n_mels, device=device)(audio.to(device)).to(dtype))
         model.write_cross_kv(cache, enc, torch.arange(len(audios), device=device))
     heads = resolve_alignment_heads({}, model.dims, ("tiny.en",), "tiny.en")
-    return Aligner(model, cache, heads, eot, no_timestamps, max_batch=max_batch, graphs=graphs)
+    return Aligner(model, cache, heads, eot, no_timestamps, max_batch=max_batch, graphs=graphs, in_place=in_place)

@@ -91,3 +91,28 @@ def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_
         assert together[k].token_probs == pytest.approx(reference[k].token_probs, abs=0.05)
         same_as_cpu += [list(p) for p in together[k].path] == [list(p) for p in reference[k].path]
     assert same_as_cpu >= len(windows) - 2
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("hnd", [True, False])
+def test_on_cuda_the_in_place_kernel_times_words_as_the_gather_does(tiny_en_dir, utterances, hnd) -> None:
+    """The pass's cross-attention read in place in the slots (attention/triton_window.py, the CUDA
+    default in fp16/bf16) against the slots gathered and SDPA: the same DTW path for nearly every
+    window and token probabilities within fp16 rounding, eagerly and by graph replay."""
+    from batchscribe.api import Transcriber
+    from tests.engine.helpers import aligner_over
+
+    cpu, audios, windows = _decoded(tiny_en_dir, utterances, 12)
+    tok = cpu.tokenizer
+    gpu = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, **GREEDY).model
+    gather = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, in_place=False, hnd=hnd)
+    in_place = aligner_over(gpu, audios, tok.eot, tok.no_timestamps, max_batch=8, graphs=True, hnd=hnd)
+    assert in_place._head_index and not gather._head_index
+    want = gather(windows)
+    for run in (in_place(windows), in_place(windows), in_place(windows)):  # eager, capture, replay
+        same = 0
+        for ours, theirs in zip(run, want):
+            assert ours.token_probs == pytest.approx(theirs.token_probs, abs=0.02)
+            same += [list(p) for p in ours.path] == [list(p) for p in theirs.path]
+        assert same >= len(windows) - 1
