@@ -34,7 +34,7 @@ def window_cross_attention(
     q: torch.Tensor,  # [B, H, L, D] fp16/bf16, any strides with contiguous D
     k_cache: torch.Tensor,  # [n_slots, H, N, D] or [n_slots, N, H, D] (see `hnd`), fp16/bf16/fp8
     v_cache: torch.Tensor,  # same shape and strides as k_cache
-    slots: torch.Tensor,  # [B] long: window b reads slot slots[b]
+    slots: torch.Tensor,  # [B] long: window b reads slot slots[b] (any stride: a column of a table)
     hnd: bool,
     scores: torch.Tensor | None = None,  # [B, A, L, N] float32, written where head_index >= 0
     head_index: torch.Tensor | None = None,  # [H] int32: head h's index in `scores`, or -1
@@ -54,7 +54,7 @@ def window_cross_attention(
     grid = (batch, n_head, triton.cdiv(length, BLOCK_M))
     _window_cross[grid](
         q, k_cache, v_cache, out, sc, slots, hi,
-        q.stride(0), q.stride(1), q.stride(2), k_cache.stride(0), stride_h, stride_n,
+        q.stride(0), q.stride(1), q.stride(2), slots.stride(0), k_cache.stride(0), stride_h, stride_n,
         out.stride(0), out.stride(2), out.stride(1), ss[0], ss[1], ss[2],
         length, n_ctx, 1.0 / math.sqrt(head_dim),
         HEAD_DIM=head_dim, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_SCORES=has_scores, num_warps=4, num_stages=2,
@@ -68,7 +68,7 @@ if triton_available():
     @triton.jit(do_not_specialize=["L"])
     def _window_cross(
         Q, K, V, O, S, Slots, HeadIndex,
-        stride_qb, stride_qh, stride_qm, stride_ks, stride_kh, stride_kn,
+        stride_qb, stride_qh, stride_qm, stride_slot, stride_ks, stride_kh, stride_kn,
         stride_ob, stride_oh, stride_om, stride_sb, stride_sa, stride_sm,
         L, N, scale,
         HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_SCORES: tl.constexpr,
@@ -79,7 +79,7 @@ if triton_available():
         d = tl.arange(0, HEAD_DIM)
         rows = m < L
         q = tl.load(Q + b * stride_qb + h * stride_qh + m[:, None] * stride_qm + d[None, :], mask=rows[:, None], other=0.0)
-        base = tl.load(Slots + b).to(tl.int64) * stride_ks + h * stride_kh
+        base = tl.load(Slots + b * stride_slot).to(tl.int64) * stride_ks + h * stride_kh
         if HAS_SCORES:
             index = tl.load(HeadIndex + h)
             srow = S + b * stride_sb + tl.maximum(index, 0).to(tl.int64) * stride_sa + m[:, None].to(tl.int64) * stride_sm

@@ -36,7 +36,7 @@ CHECK = textwrap.dedent(
         shape = (n_slots, heads, frames, dim) if hnd else (n_slots, frames, heads, dim)
         k, v = (torch.randn(shape) * 0.5).to(kd), torch.randn(shape).to(kd)
         q = torch.randn(2, length, heads, dim).to(torch.float16).transpose(1, 2)  # as the pass makes it
-        slots = torch.tensor([3, 1])
+        slots = torch.tensor([[3, 0, 2], [1, 4, 4]])[:, 0]  # a column of a table, as the pass passes it
         scores = torch.full((2, 2, length, frames), 7.0)
         out = window_cross_attention(q, k, v, slots, hnd, scores, torch.tensor([-1, 1, 0], dtype=torch.int32))
         want, want_scores = _reference(q, k, v, slots, hnd, heads=(2, 1))
@@ -71,7 +71,9 @@ def test_window_cross_attention_matches_the_gather_path(dtype, cache_dtype, hnd,
     k = torch.randn(shape, device="cuda").to(cache_dtype or dtype)
     v = torch.randn(shape, device="cuda").to(cache_dtype or dtype)
     q = torch.randn(batch, length, n_head, 64, device="cuda", dtype=dtype).transpose(1, 2)
-    slots = torch.randperm(n_slots, device="cuda")[:batch]
+    table = torch.randint(0, n_slots, (batch, 4), device="cuda")
+    slots = table[:, 1]  # a column, as the pass passes it
+    slots.copy_(torch.randperm(n_slots, device="cuda")[:batch])
     heads = (n_head - 1, 0, 2)
     index = torch.full((n_head,), -1, dtype=torch.int32, device="cuda")
     index[list(heads)] = torch.arange(len(heads), dtype=torch.int32, device="cuda")
