@@ -16,7 +16,8 @@ On CUDA a batch has a fixed shape: `max_batch` windows padded to one of LENGTHS 
 grouped by the bucket of their own length (a kernel's result for one row can depend on a GEMM's
 size, so a window's words would otherwise change with which windows finished beside it). With CUDA
 graphs each bucket's whole pass, DTW included, is captured the second time it is needed (the first
-runs eagerly, its warm-up) and replayed: one launch, one copy in and three back per batch.
+runs eagerly, its warm-up; `warm_up` does both before a run for all but the largest bucket) and
+replayed: one launch, one copy in and three back per batch.
 
 The pass is split so that the host need not wait for it: `submit` queues every batch (its input
 from a pinned buffer of its own, its outputs' copies into pinned host buffers of their own right
@@ -143,10 +144,19 @@ class Aligner:
         self._seen: set[int] = set()  # buckets run once (eagerly): the next use captures
 
     def warm_up(self) -> None:
-        """One batch of the smallest bucket and both DTW kernel sizes before the run, so their
-        first-call costs (Triton compilations, cuBLAS and SDPA set-up) are start-up."""
+        """Both DTW kernel sizes and one batch of the smallest bucket before the run, so their
+        first-call costs (Triton compilations, cuBLAS and SDPA set-up) are start-up. With graphs,
+        every bucket below the whole context is also run once and captured now: a capture in the
+        run stalls the scheduler's thread (~45 ms on the H200), and most runs meet these buckets.
+        The whole context's bucket (the largest graph memory) is still captured on first need."""
         dtw_device.warm_up(self.device)
         self([AlignWindow(0, (), (0,), 100)])
+        if self.graphs is None:
+            return
+        for length in self.lengths[:-1]:
+            window = AlignWindow(0, (), (0,) * (length - 2), 100)  # a text filling the bucket
+            for _ in range(2 if length in self._seen else 3):  # eager first use, capture, replay
+                self([window])
 
     def __call__(self, windows: Sequence[AlignWindow]) -> list[Alignment]:
         """The pass over `windows`, waited for."""
