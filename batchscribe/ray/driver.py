@@ -184,7 +184,12 @@ def _connect(ray: Any, plan: RayPlan) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"--ray {plan.address or 'local'}: cannot reach a Ray cluster ({exc}); give the head's "
                           "address (host:6379, or auto on a cluster node), or --ray alone for a local one") from None
-    ray.data.DataContext.get_current().enable_progress_bars = False  # batchscribe's own bar reports
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # batchscribe's own bar reports
+    if hasattr(context, "use_datasource_v2"):
+        # The v2 Parquet reader plans with actors of its own (each a Python worker importing Ray):
+        # start-up CPU that the run's own actors wait behind on a small machine.
+        context.use_datasource_v2 = False
     return True
 
 
