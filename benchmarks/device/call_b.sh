@@ -8,7 +8,8 @@ S=$HOME/stage
 bash benchmarks/device/stage_b.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
 # Every test marked gpu (they skip without CUDA on the CPU machine), wherever it lives in tests/.
-timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -m gpu tests "$@" > $OUT/tests.txt 2>&1
+# Modules that import what the image lacks (av, openai) at the top hold no GPU test: collect the rest.
+timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -m gpu --continue-on-collection-errors tests "$@" > $OUT/tests.txt 2>&1
 tail -4 $OUT/tests.txt | cut -c1-300
 # What the suite left running (a Ray daemon, a worker) takes CPU from every later benchmark here.
 ps -eo pid,pcpu,etime,args --sort=-pcpu --no-headers | grep -v -E "ps -eo|grep" | head -5 | cut -c1-160 > $OUT/left.txt
