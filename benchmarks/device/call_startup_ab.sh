@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Device call right after call_a.sh (carry .stage/p2 .before): start-up A/B, startup_profile.py cold in
+# fresh processes alternated between an earlier tree (stage.sh's BEFORE=COMMIT, in .before) and this
+# checkout, ROUNDS rounds (issue 17: <= 2.5 s). The first run of each tree is dropped: it pays Triton's builds.
+#   bash benchmarks/device/call_startup_ab.sh COMMIT
+set -u
+source benchmarks/device/env.sh
+commit=$1
+bash benchmarks/device/stage_b.sh
+export BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
+P=$PWD/../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
+for k in $(seq 0 ${ROUNDS:-3}); do
+    for tree in .before .; do
+        name=$([ $tree = . ] && echo after || echo before)
+        (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$(cd .. && pwd) timeout 90 python3 startup_profile.py --parquet $P --rows 3) \
+            > $OUT/startup_${name}_$k.txt 2>&1
+        echo "== $name $k ($(cat $tree/COMMIT 2>/dev/null || echo $commit)): $(head -1 $OUT/startup_${name}_$k.txt | cut -c1-200)"
+    done
+done
+for f in $OUT/startup_after_1.txt $OUT/startup_before_1.txt; do echo "== $f"; head -26 $f | cut -c1-120; done
