@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Device call right after call_a.sh (carry .stage/p2 .before): start-up A/B, startup_profile.py cold in
+# Device call right after call_a.sh (carry .stage/p2b .before): start-up A/B, startup_profile.py cold in
 # fresh processes alternated between an earlier tree (stage.sh's BEFORE=COMMIT, in .before) and this
 # checkout, ROUNDS rounds (issue 17: <= 2.5 s). The first run of each tree is dropped: it pays Triton's builds.
 #   bash benchmarks/device/call_startup_ab.sh COMMIT
 set -u
 source benchmarks/device/env.sh
 commit=$1
-bash benchmarks/device/stage_b.sh
+# The tiny.en parts from .stage/p2b (p2 less its data: p2 and .before pass a call's 64 MiB); call A's test-clean rows.
+S=$HOME/stage; mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
+cat .stage/p2b/tinypart_00 .stage/p2b/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
 export BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
-P=$PWD/../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
+P=$HOME/stage/data/librispeech/test-clean-subset-00000-of-00001.parquet
 for k in $(seq 0 ${ROUNDS:-3}); do
     for tree in .before .; do
         name=$([ $tree = . ] && echo after || echo before)
