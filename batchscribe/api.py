@@ -26,7 +26,7 @@ from batchscribe.engine.engine import build_engine
 from batchscribe.engine.pinned import PinnedArena
 from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
-from batchscribe.engine.setup import EngineConfig, resolve_engine, resolve_target
+from batchscribe.engine.setup import EngineConfig, resolve_engine
 from batchscribe.engine.windows import WindowPlanner, step_spec
 from batchscribe.model.alignment_heads import resolve_alignment_heads
 from batchscribe.model.dims import ModelDims
@@ -136,15 +136,8 @@ class Transcriber:
         folder = resolve_model(model, cache_dir=cache)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
-        # Usage errors before the weights load. The GPU libraries load on Prewarm's thread while
-        # the attention kernels' packages import, and the tokenizer and the weights load, here.
-        target = resolve_target(self.engine_options)
-        self._prewarm = Prewarm(target, dims)
-        try:
-            resolved = resolve_engine(self.engine_options, dims, target)
-        except BaseException:
-            self._prewarm.join()  # a refused option leaves no thread behind
-            raise
+        resolved = resolve_engine(self.engine_options, dims)  # usage errors before the weights load
+        self._prewarm = Prewarm(resolved, dims)  # the GPU libraries load while the weights do
         self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
         _check_language_and_task(self.tokenizer, self.options)
         generation = _read_json(folder / "generation_config.json")

@@ -25,8 +25,7 @@ from pathlib import Path
 
 PHASES = [
     "batchscribe.run:default_transcriber", "batchscribe.api:resolve_model", "batchscribe.api:Tokenizer.from_folder",
-    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.api:resolve_target",
-    "batchscribe.api:resolve_engine",
+    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.api:resolve_engine",
     "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Transcriber.scheduler", "batchscribe.api:Prewarm.join",
     "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",

@@ -67,39 +67,6 @@ def _reference(shared_data: Path, item_id: str) -> str:
     return next(r["text"] for r in rows if r["id"] == item_id)
 
 
-def test_the_gpu_libraries_load_while_the_attention_packages_import(tiny_en_dir, monkeypatch) -> None:
-    """Prewarm (engine/prewarm.py) starts as soon as the device and dtype are resolved, before the
-    attention kernels are (FlashInfer's import is ~1 s of the host's start-up); an attention option
-    refused after it started joins it, leaving no thread behind."""
-    import batchscribe.api as api
-    from batchscribe.config import ConfigError
-
-    events: list[str] = []
-
-    class Recorder:
-        def __init__(self, target, dims) -> None:
-            events.append(f"prewarm {target.device.type} {target.dtype}")
-
-        def join(self) -> None:
-            events.append("join")
-
-    real = api.resolve_engine
-
-    def resolve_engine(options, dims, target=None):
-        events.append("attention" if target is not None else "attention without the target")
-        return real(options, dims, target)
-
-    monkeypatch.setattr(api, "Prewarm", Recorder)
-    monkeypatch.setattr(api, "resolve_engine", resolve_engine)
-    t = api.Transcriber(str(tiny_en_dir), device="cpu")
-    assert events == ["prewarm cpu torch.float32", "attention"]
-    assert t.config.attention.describe(t.config.dtype) == "sdpa/sdpa/float32"
-    events.clear()
-    with pytest.raises(ConfigError, match="float16 or bfloat16"):
-        api.Transcriber(str(tiny_en_dir), device="cpu", attention="flashinfer")
-    assert events == ["prewarm cpu torch.float32", "attention", "join"]
-
-
 def test_readme_python_snippet_runs_as_written(tiny_en_dir, model_cache, shared_data, tmp_path, monkeypatch) -> None:
     """The README's Python API block, unedited, on an ordinary file: jfk.flac is 44.1 kHz stereo."""
     import soundfile as sf

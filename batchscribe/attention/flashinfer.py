@@ -29,19 +29,11 @@ WORKSPACE_BYTES = 128 * 1024 * 1024  # FlashInfer's recommended float workspace 
 
 
 def flashinfer_available() -> bool:
-    for attempt in range(2):
-        try:
-            importlib.import_module("flashinfer")
-            return True
-        except RuntimeError as exc:
-            # A thread importing at the same time (engine/prewarm.py's) can make importlib give up
-            # on this import with a "deadlock detected" error; the package is there: import again.
-            if attempt == 0 and "deadlock detected" in str(exc):
-                continue
-            return False
-        except Exception:  # ImportError, or a broken CUDA toolchain at import time
-            return False
-    return False
+    try:
+        importlib.import_module("flashinfer")
+    except Exception:  # ImportError, or a broken CUDA toolchain at import time
+        return False
+    return True
 
 
 class FlashInferWorkspace:

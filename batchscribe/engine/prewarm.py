@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from batchscribe.constants import HOP_LENGTH, N_FFT
-from batchscribe.engine.setup import EngineConfig, Target
+from batchscribe.engine.setup import EngineConfig
 from batchscribe.model import encoder_triton
 from batchscribe.model.dims import ModelDims
 
@@ -24,7 +24,7 @@ from batchscribe.model.dims import ModelDims
 class Prewarm:
     """Touches cuBLAS, cuFFT, cuDNN, SDPA and (for the fused encoder) Triton once, in a thread."""
 
-    def __init__(self, config: Target | EngineConfig, dims: ModelDims):
+    def __init__(self, config: EngineConfig, dims: ModelDims):
         self.thread: threading.Thread | None = None
         if config.device.type == "cuda":
             self.thread = threading.Thread(target=self._touch, args=(config, dims), name="batchscribe-prewarm",
@@ -38,7 +38,7 @@ class Prewarm:
 
     @staticmethod
     @torch.no_grad()
-    def _touch(config: Target | EngineConfig, dims: ModelDims) -> None:
+    def _touch(config: EngineConfig, dims: ModelDims) -> None:
         try:
             _touch_libraries(config.device, config.dtype, dims, fused=config.encoder != "eager")
         except Exception:  # noqa: BLE001  (the engine's warm-up runs the same calls and reports)

@@ -40,25 +40,6 @@ def resolve_device(name: str) -> torch.device:
 
 
 @dataclass(frozen=True)
-class Target:
-    """Where and in what precision the engine runs: resolved before the attention kernels, so the
-    GPU libraries can start loading (engine/prewarm.py) while FlashInfer's package imports (about a
-    second of the host's time)."""
-
-    device: torch.device
-    dtype: torch.dtype
-    encoder: str  # as EngineConfig.encoder
-
-
-def resolve_target(options: EngineOptions) -> Target:
-    """The device, the dtype (float16 on CUDA, float32 on the CPU by default) and how the encoder
-    runs; raises ConfigError naming the fix."""
-    device = resolve_device(options.device)
-    dtype = DTYPES[options.dtype or ("float16" if device.type == "cuda" else "float32")]
-    return Target(device, dtype, _encoder_mode(options.encoder_precision, device, dtype))
-
-
-@dataclass(frozen=True)
 class EngineConfig:
     """Everything the engine's construction depends on, resolved."""
 
@@ -108,20 +89,21 @@ class EngineConfig:
                 "cuda_graphs": self.cuda_graphs, "encoder": self.encoder}  # fmt: skip
 
 
-def resolve_engine(options: EngineOptions, dims: ModelDims, target: Target | None = None) -> EngineConfig:
-    """Resolve once: `target` (resolve_target's, resolved here when not given), the attention
-    kernels, whether to capture graphs, the self-attention length buckets. Raises ConfigError naming
-    the fix; touches no weights, so it runs before the model loads."""
-    target = target or resolve_target(options)
-    device, dtype = target.device, target.dtype
+def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
+    """Resolve once: the device, the dtype (float16 on CUDA, float32 on the CPU by default), the
+    attention kernels, whether to capture graphs, the self-attention length buckets. Raises
+    ConfigError naming the fix; touches no weights, so it runs before the model loads."""
+    device = resolve_device(options.device)
     cuda = device.type == "cuda"
+    dtype = DTYPES[options.dtype or ("float16" if cuda else "float32")]
     plan = resolve_attention(options.attention, options.cross_kv, device, dtype)
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
     return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
-                        fused_greedy=cuda and triton_select.triton_available(), encoder=target.encoder)  # fmt: skip
+                        fused_greedy=cuda and triton_select.triton_available(),
+                        encoder=_encoder_mode(options.encoder_precision, device, dtype))  # fmt: skip
 
 
 def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> str:

@@ -24,32 +24,6 @@ def test_flashinfer_backend_refuses_the_cpu() -> None:
         build_backend(AttentionPlan("flashinfer", "flashinfer"), cache, torch.float16)
 
 
-@pytest.mark.parametrize(("raised", "available", "calls"), [
-    ([RuntimeError("deadlock detected by _ModuleLock('flashinfer.jit')")], True, 2),  # importlib's, under a thread's import
-    ([RuntimeError("deadlock detected by x")] * 2, False, 2),
-    ([ImportError("No module named 'flashinfer'")], False, 1),
-    ([RuntimeError("CUDA_HOME is not set")], False, 1),
-    ([], True, 1),
-])  # fmt: skip
-def test_flashinfer_available_imports_again_after_importlibs_deadlock_error(monkeypatch, raised, available, calls) -> None:
-    """engine/prewarm.py's thread imports beside resolve_attention's import of flashinfer; importlib
-    answers a lock cycle between two threads' imports by failing one with a RuntimeError. That must
-    not read as the package missing, which would silently change the kernels (and the identity)."""
-    from batchscribe.attention import flashinfer
-
-    errors, seen = list(raised), []
-
-    def import_module(name: str):
-        seen.append(name)
-        if errors:
-            raise errors.pop(0)
-        return object()
-
-    monkeypatch.setattr(flashinfer.importlib, "import_module", import_module)
-    assert flashinfer.flashinfer_available() is available
-    assert seen == ["flashinfer"] * calls
-
-
 @pytest.mark.gpu
 @needs_cuda
 @needs_flashinfer

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from batchscribe.config import ConfigError, EngineOptions
-from batchscribe.engine.setup import _encoder_mode, resolve_engine, resolve_target
+from batchscribe.engine.setup import _encoder_mode, resolve_engine
 from batchscribe.model.dims import ModelDims
 
 TINY = ModelDims.from_hf_config(dict(
@@ -25,20 +25,6 @@ def test_cpu_runs_the_eager_encoder_or_emulates_fp8() -> None:
     assert "encoder_precision" not in auto.identity()
     assert fp8.identity() == {**auto.identity(), "encoder_precision": "fp8"}
     assert fp8.describe()["encoder"] == "fp8" and auto.describe()["encoder"] == "eager"
-
-
-def test_a_target_resolved_first_gives_the_same_config() -> None:
-    """api.Transcriber resolves the device, dtype and encoder first (Prewarm starts on them), then
-    the rest with that target: the same EngineConfig as resolving at once, and the same errors."""
-    for options in (EngineOptions(device="cpu"), EngineOptions(device="cpu", dtype="bfloat16", encoder_precision="fp8")):
-        target = resolve_target(options)
-        assert (target.device, target.dtype, target.encoder) == (torch.device("cpu"), *{
-            "float32": (torch.float32, "eager"), "bfloat16": (torch.bfloat16, "fp8")}[options.dtype or "float32"])
-        assert resolve_engine(options, TINY, target) == resolve_engine(options, TINY)
-    with pytest.raises(ConfigError, match="not a device"):
-        resolve_target(EngineOptions(device="gpu0"))
-    with pytest.raises(ConfigError, match="float16 or bfloat16"):  # the attention plan's errors come after
-        resolve_engine(EngineOptions(device="cpu", attention="flashinfer"), TINY, resolve_target(EngineOptions(device="cpu")))
 
 
 def test_encoder_modes_on_cuda_are_chosen_by_dtype() -> None:
