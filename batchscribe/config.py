@@ -104,8 +104,8 @@ class EngineOptions:
     dtype: DTypeName | None = None  # None: float16 on CUDA, float32 on CPU
     batch_size: int | None = None  # decoder slots; None: 16 on the CPU, sized from memory on CUDA
     cuda_graphs: bool = True
-    # Attention kernels: "auto", one kernel for both kinds, or "SELF/CROSS" (e.g. "triton/flashinfer_hnd";
-    # attention/names.py lists the kernels of each kind).
+    # Attention kernels: "auto", one kernel for the decoder's two kinds, or "SELF/CROSS[/ENCODER]" (e.g.
+    # "triton/flashinfer_hnd/fa3"; attention/names.py lists the kernels of each kind).
     attention: str = "auto"
     # Cross-attention K/V storage: "auto" keeps the model's dtype; "fp8" (e4m3) halves the bytes each
     # decode step reads (the bulk of a large model's step) at a small accuracy cost.

@@ -74,12 +74,13 @@ def main() -> None:
     t = Transcriber(args.model, device="cuda")
     model, dims = t.model, t.model.dims
     cache = DecoderCache.allocate(dims, 64, torch.device("cuda"), torch.float16, torch.float16, True)
-    encoder = WindowEncoder(model, cache, 64, t.config.encoder)
+    encoder = WindowEncoder(model, cache, 64, t.config.encoder, t.config.attention.encoder_kernel)
     backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}  # fmt: skip
     # default: torch's own choice among the backends, as the engine runs it
     chosen = sdpa_kernel([backends[args.backend]]) if args.backend in backends else contextlib.nullcontext()
-    print(f"{args.model} encoder ({t.config.encoder}), SDPA {args.backend}:", flush=True)
+    print(f"{args.model} encoder ({t.config.encoder}, attention {t.config.attention.encoder_kernel}), "
+          f"SDPA {args.backend}:", flush=True)
     total = 0.0
     with chosen:
         for size in ENCODER_CHUNKS:

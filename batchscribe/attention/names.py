@@ -18,6 +18,9 @@ CROSS_KERNELS = {k.name: k for k in (
     Kernel("sdpa", None), Kernel("flashinfer", "flashinfer"), Kernel("flashinfer_hnd", "flashinfer", hnd=True),
     Kernel("triton_hnd", "triton", hnd=True),
 )}  # fmt: skip
+# The encoder's self-attention over each window's frames (the fused encoder only): SDPA, or
+# FlashInfer's FA3 prefill on Hopper.
+ENCODER_KERNELS = {k.name: k for k in (Kernel("sdpa", None), Kernel("fa3", "flashinfer"))}
 # "auto"'s preference per kind, fastest first; an fp8 cross cache prefers the Triton kernel.
 AUTO_SELF = ("triton", "flashinfer")
 AUTO_CROSS = {"auto": ("flashinfer_hnd", "triton_hnd"), "fp8": ("triton_hnd", "flashinfer_hnd")}
@@ -25,4 +28,5 @@ AUTO_CROSS = {"auto": ("flashinfer_hnd", "triton_hnd"), "fp8": ("triton_hnd", "f
 
 def kernel_help() -> str:
     """The kernel names, for --attention's help."""
-    return f"self: {', '.join(SELF_KERNELS)}; cross: {', '.join(CROSS_KERNELS)}"
+    return (f"self: {', '.join(SELF_KERNELS)}; cross: {', '.join(CROSS_KERNELS)}; "
+            f"encoder: {', '.join(ENCODER_KERNELS)}")

@@ -1,11 +1,12 @@
-"""The one list of attention kernels: what each needs, how "auto" and "SELF/CROSS" resolve, and how
-a backend is built from the result.
+"""The one list of attention kernels: what each needs, how "auto" and "SELF/CROSS[/ENCODER]" resolve,
+and how a backend is built from the result.
 
 Each attention kind gets its own kernel, chosen by measurement (docs/GPU_NOTES.md): SDPA is the
 reference and the CPU path; on CUDA in fp16/bf16, "auto" picks batchscribe's Triton self-attention
 kernel (each row loops over its own length) and FlashInfer's decode over a heads-first cross cache,
 or the Triton cross kernel when the cross cache is fp8. A kernel whose package is missing falls back
-to the next: Triton without FlashInfer, FlashInfer without Triton, SDPA without either.
+to the next: Triton without FlashInfer, FlashInfer without Triton, SDPA without either. The
+encoder's attention is FlashInfer's FA3 prefill where it runs (Hopper), else SDPA.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Protocol
 import torch
 
 from batchscribe.attention.base import AttentionBackend, CrossKernel, SelfKernel
-from batchscribe.attention.names import AUTO_CROSS, AUTO_SELF, CROSS_KERNELS, SELF_KERNELS, Kernel
+from batchscribe.attention.names import AUTO_CROSS, AUTO_SELF, CROSS_KERNELS, ENCODER_KERNELS, SELF_KERNELS, Kernel
 from batchscribe.attention.sdpa import SdpaBackend, SdpaCross, SdpaSelf
 from batchscribe.config import ConfigError
 
@@ -38,9 +39,12 @@ class AttentionPlan:
     self_kernel: str = "sdpa"
     cross_kernel: str = "sdpa"
     cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
+    encoder_kernel: str = "sdpa"  # the fused encoder's attention over each window's frames
 
     def __post_init__(self) -> None:
-        for kind, name, known in (("self", self.self_kernel, SELF_KERNELS), ("cross", self.cross_kernel, CROSS_KERNELS)):
+        kinds = (("self", self.self_kernel, SELF_KERNELS), ("cross", self.cross_kernel, CROSS_KERNELS),
+                 ("encoder", self.encoder_kernel, ENCODER_KERNELS))  # fmt: skip
+        for kind, name, known in kinds:
             if name not in known:
                 raise ConfigError(f"{kind}-attention kernel {name!r} is unknown; use one of {tuple(known)}")
 
@@ -55,37 +59,60 @@ class AttentionPlan:
         return self.self_kernel != "sdpa"
 
     def describe(self, dtype: torch.dtype) -> str:
-        """"SELF/CROSS/cross-cache dtype", e.g. "triton/flashinfer_hnd/float16"."""
+        """"SELF/CROSS/cross-cache dtype", e.g. "triton/flashinfer_hnd/float16", and "/encoder-fa3"
+        after it when the encoder's attention is not SDPA (so folders written before the encoder
+        kernel existed keep their identity)."""
         cross = str(self.cross_dtype or dtype).removeprefix("torch.")
-        return f"{self.self_kernel}/{self.cross_kernel}/{cross}"
+        encoder = "" if self.encoder_kernel == "sdpa" else f"/encoder-{self.encoder_kernel}"
+        return f"{self.self_kernel}/{self.cross_kernel}/{cross}{encoder}"
 
 
 def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
-    """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for both kinds, or
-    "SELF/CROSS" (e.g. "triton/flashinfer_hnd"); `cross_kv` is "auto" or "fp8" (EngineOptions
-    checked it). Raises ConfigError naming the fix where a kernel cannot run."""
+    """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for the decoder's
+    two kinds, or "SELF/CROSS[/ENCODER]" (e.g. "triton/flashinfer_hnd/fa3"; the encoder's is SDPA
+    unless named); `cross_kv` is "auto" or "fp8" (EngineOptions checked it). Raises ConfigError
+    naming the fix where a kernel cannot run."""
     half = dtype in (torch.float16, torch.bfloat16)
     if attention == "auto":
         fast = device.type == "cuda" and half
         self_kind = _first_available(AUTO_SELF, SELF_KERNELS) if fast else "sdpa"
         cross_kind = _first_available(AUTO_CROSS[cross_kv], CROSS_KERNELS) if fast else "sdpa"
+        encoder_kind = "fa3" if fast and fa3_runs(device) else "sdpa"
     else:
-        self_kind, _, cross_kind = attention.partition("/")
-        cross_kind = cross_kind or self_kind
-        if self_kind not in SELF_KERNELS or cross_kind not in CROSS_KERNELS:
-            raise ConfigError(f"attention={attention!r}; use 'auto', 'sdpa', 'flashinfer' or 'SELF/CROSS' with "
-                              f"SELF in {tuple(SELF_KERNELS)} and CROSS in {tuple(CROSS_KERNELS)}")  # fmt: skip
-        _check_runs(attention, self_kind, cross_kind, device, half, dtype)
-    return AttentionPlan(self_kind, cross_kind, torch.float8_e4m3fn if cross_kv == "fp8" else None)
+        parts = attention.split("/")
+        if len(parts) == 1:
+            parts *= 2  # one name for the decoder's two kinds
+        if len(parts) == 2:
+            parts.append("sdpa")
+        self_kind, cross_kind, encoder_kind = (parts + ["?"] * 3)[:3]
+        if (len(parts) > 3 or self_kind not in SELF_KERNELS or cross_kind not in CROSS_KERNELS
+                or encoder_kind not in ENCODER_KERNELS):  # fmt: skip
+            raise ConfigError(f"attention={attention!r}; use 'auto', 'sdpa', 'flashinfer' or 'SELF/CROSS[/ENCODER]' "
+                              f"with SELF in {tuple(SELF_KERNELS)}, CROSS in {tuple(CROSS_KERNELS)} and ENCODER in "
+                              f"{tuple(ENCODER_KERNELS)}")  # fmt: skip
+        _check_runs(attention, (SELF_KERNELS[self_kind], CROSS_KERNELS[cross_kind], ENCODER_KERNELS[encoder_kind]),
+                    device, half, dtype)  # fmt: skip
+        if encoder_kind == "fa3" and not fa3_runs(device):
+            name = torch.cuda.get_device_name(device)
+            raise ConfigError(f"attention={attention!r}: the fa3 encoder kernel runs on Hopper GPUs (compute "
+                              f"capability 9.x); {name} is not one; end the name with /sdpa or drop /fa3")  # fmt: skip
+    return AttentionPlan(self_kind, cross_kind, torch.float8_e4m3fn if cross_kv == "fp8" else None, encoder_kind)
+
+
+def fa3_runs(device: torch.device) -> bool:
+    """FlashInfer is installed and its FA3 kernels run on this device (a Hopper GPU)."""
+    from batchscribe.attention.flashinfer_prefill import fa3_supported
+
+    return fa3_supported(device) and package_available("flashinfer")
 
 
 def _first_available(names: tuple[str, ...], known: dict[str, Kernel]) -> str:
     return next((n for n in names if package_available(known[n].package)), "sdpa")
 
 
-def _check_runs(attention: str, self_kind: str, cross_kind: str, device: torch.device, half: bool,
+def _check_runs(attention: str, kernels: tuple[Kernel, ...], device: torch.device, half: bool,
                 dtype: torch.dtype) -> None:  # fmt: skip
-    packages = {SELF_KERNELS[self_kind].package, CROSS_KERNELS[cross_kind].package} - {None}
+    packages = {kernel.package for kernel in kernels} - {None}
     if not packages:
         return
     if not half:

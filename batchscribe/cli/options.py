@@ -26,9 +26,10 @@ DTypeOpt = Annotated[DType | None, typer.Option("--dtype", help="Default: float1
 BatchSize = Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the "
                                                   "CPU, sized from free memory on CUDA (up to 256).")]
 Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA in float16/bfloat16: Triton "
-                                        "self-attention, FlashInfer or Triton cross-attention; else SDPA), sdpa, "
-                                        "flashinfer, or SELF/CROSS such as triton/flashinfer_hnd "
-                                        f"({kernel_help()}).")]
+                                        "self-attention, FlashInfer or Triton cross-attention, FlashInfer's FA3 in "
+                                        "the encoder on Hopper GPUs; else SDPA), sdpa, flashinfer, or "
+                                        "SELF/CROSS[/ENCODER] such as triton/flashinfer_hnd/fa3 (the encoder's is "
+                                        f"sdpa unless named; {kernel_help()}).")]
 CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
                                              "dtype) or fp8 (half the bytes per decode step; GPU).")]
 EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]

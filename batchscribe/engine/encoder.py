@@ -33,12 +33,24 @@ class WindowEncoder:
     """Encodes chunks of windows into a decoder cache's cross K/V. Pure tensor code: eager on the
     CPU, captured once per chunk size on CUDA."""
 
-    def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int, mode: str = "eager"):
-        """mode: EngineConfig.encoder ("eager", "fused" or "fp8")."""
+    def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int, mode: str = "eager",
+                 attention: str = "sdpa"):  # fmt: skip
+        """mode: EngineConfig.encoder ("eager", "fused" or "fp8"); attention: the fused encoder's
+        attention kernel (AttentionPlan.encoder_kernel: "sdpa" or "fa3")."""
         self.model, self.cache = model, cache
-        self.encode = model.encoder if mode == "eager" else FusedEncoder(model.encoder, fp8=mode == "fp8")
         self.dtype = next(model.parameters()).dtype
         self.device = cache.self_k[0].device
+        self.attention = None
+        if attention == "fa3":
+            if mode == "eager":
+                raise ValueError("the fa3 encoder kernel runs in the fused encoder; mode is 'eager'")
+            from batchscribe.attention.flashinfer_prefill import FlashInferEncoderAttention
+
+            dims = model.dims
+            self.attention = FlashInferEncoderAttention(self.device, self.dtype, dims.n_audio_head,
+                                                        dims.n_audio_state // dims.n_audio_head, dims.n_audio_ctx)  # fmt: skip
+        self.encode = model.encoder if mode == "eager" else FusedEncoder(model.encoder, fp8=mode == "fp8",
+                                                                         attention=self.attention)  # fmt: skip
         self.features = LogMel(model.dims.n_mels, device=self.device)
         self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]  # what an admission can use
 
@@ -51,8 +63,11 @@ class WindowEncoder:
 
     @torch.no_grad()
     def warm_up(self) -> None:
-        """Run every chunk size once, so cuFFT plans and cuDNN convolution/attention graphs are built
-        here, not mid-run (and before they are captured). The K/V go to slot 0, which is free."""
+        """Run every chunk size once, so cuFFT plans, cuDNN convolution/attention graphs and FA3's
+        plans are built here, not mid-run (and before they are captured). The K/V go to slot 0,
+        which is free."""
         for size in self.chunk_sizes:
+            if self.attention is not None:  # a FlashInfer plan per chunk size, before any capture
+                self.attention.prepare(size)
             audio = torch.zeros(size, N_SAMPLES, device=self.device)
             self(audio, torch.zeros(size, dtype=torch.long, device=self.device))

@@ -56,7 +56,7 @@ class Engine:
         self.timings: defaultdict[str, float] = defaultdict(float)  # host seconds of admission parts
         self.staging = Stager(n_slots, self.n_ctx, device, self.timings)
         self.snapshots = SnapshotQueue(self.slots)
-        self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder)
+        self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder, plan.encoder_kernel)
         self.rules = StepRules(spec, device, config.fused_greedy)
         # Word timestamps: the alignment pass reads the finished windows' cross K/V in their slots.
         self.aligner = None if alignment_heads is None else Aligner(

@@ -10,10 +10,14 @@ Per layer:
 With `fp8`, the four GEMMs take e4m3 operands (weights per channel, activations per token: fp8.py);
 layer norm and GELU write their outputs quantised, attention stays in the model's dtype, and the
 residual add moves into the norm kernel (a scaled GEMM has no accumulator input).
+
+Attention is SDPA unless an `attention` kernel is given (attention/flashinfer_prefill.py: FA3 on
+Hopper), which reads q, k and v in place from the QKV output and writes out_proj's layout.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,10 +37,15 @@ class _Pending:
     bias: torch.Tensor | None = None
 
 
+# (qkv [M = windows x frames, 3 d], windows) -> unmasked attention within each window, [M, d]
+EncoderAttention = Callable[[torch.Tensor, int], torch.Tensor]
+
+
 class _Layer:
-    def __init__(self, layer: EncoderLayer, fp8: bool):
+    def __init__(self, layer: EncoderLayer, fp8: bool, attention: EncoderAttention | None = None):
         attn = layer.self_attn
         self.n_head = attn.n_head
+        self.attention = attention
         self.ln1, self.ln2 = layer.self_attn_layer_norm, layer.final_layer_norm
         qkv_w = torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]).detach()
         qkv_b = torch.cat([attn.q_proj.bias, torch.zeros_like(attn.q_proj.bias), attn.v_proj.bias]).detach()
@@ -50,6 +59,8 @@ class _Layer:
 
     def attend(self, qkv: torch.Tensor, batch: int) -> torch.Tensor:
         """qkv: [M, 3 d] -> unmasked attention over each window's frames, [M, d]."""
+        if self.attention is not None:
+            return self.attention(qkv, batch)
         m, three_d = qkv.shape
         heads = qkv.view(batch, m // batch, 3, self.n_head, three_d // (3 * self.n_head))
         q, k, v = (heads[:, :, i].transpose(1, 2) for i in range(3))  # [B, H, T, hd]
@@ -84,10 +95,11 @@ class FusedEncoder:
     """Callable like AudioEncoder: mel [B, n_mels, 3000] -> [B, n_audio_ctx, d]. Shares the
     module's conv stem, norms and (without fp8) nothing else: its GEMM weights are rearranged copies."""
 
-    def __init__(self, encoder: AudioEncoder, fp8: bool = False, dense_layers: tuple[int, ...] = ()):
-        """dense_layers: with fp8, the layers that keep the model's dtype."""
+    def __init__(self, encoder: AudioEncoder, fp8: bool = False, dense_layers: tuple[int, ...] = (),
+                 attention: EncoderAttention | None = None):  # fmt: skip
+        """dense_layers: with fp8, the layers that keep the model's dtype; attention: None for SDPA."""
         self.encoder, self.fp8 = encoder, fp8
-        self.layers = [_Layer(layer, fp8 and i not in dense_layers) for i, layer in enumerate(encoder.layers)]
+        self.layers = [_Layer(layer, fp8 and i not in dense_layers, attention) for i, layer in enumerate(encoder.layers)]
 
     @torch.no_grad()
     def __call__(self, mel: torch.Tensor) -> torch.Tensor:

@@ -37,3 +37,39 @@ def test_attention_kinds_resolve() -> None:
     assert not AttentionPlan("flashinfer", "flashinfer", FP8).cross_hnd
     assert isinstance(build_backend(AttentionPlan(), DecoderCache.allocate(tiny_dims(), 1, "cpu", torch.float32),
                                     torch.float32), SdpaBackend)  # fmt: skip
+
+
+def test_the_encoder_kernel_is_a_third_name_and_sdpa_unless_named() -> None:
+    cpu = torch.device("cpu")
+    # Two names (or one) leave the encoder's attention on SDPA: what they meant before it had a kernel.
+    assert resolve_attention("sdpa/sdpa", "auto", cpu, torch.float16).encoder_kernel == "sdpa"
+    assert resolve_attention("sdpa/sdpa/sdpa", "auto", cpu, torch.float16) == AttentionPlan()
+    with pytest.raises(ValueError, match=r"'SELF/CROSS\[/ENCODER\]' .* ENCODER in \('sdpa', 'fa3'\)"):
+        resolve_attention("sdpa/sdpa/cudnn", "auto", cpu, torch.float16)
+    with pytest.raises(ValueError, match="SELF/CROSS"):
+        resolve_attention("sdpa/sdpa/sdpa/sdpa", "auto", cpu, torch.float16)
+    with pytest.raises(ValueError, match="needs FlashInfer on a CUDA device, but the device is cpu"):
+        resolve_attention("sdpa/sdpa/fa3", "auto", cpu, torch.float16)
+    with pytest.raises(ValueError, match="encoder-attention kernel 'flash' is unknown"):
+        AttentionPlan(encoder_kernel="flash")
+
+
+def test_the_identity_names_the_encoder_kernel_only_when_it_is_not_sdpa() -> None:
+    # Run folders written before the encoder kernel existed hold "SELF/CROSS/dtype": an SDPA
+    # encoder keeps exactly that string, so they still resume.
+    assert AttentionPlan("triton", "flashinfer_hnd").describe(torch.float16) == "triton/flashinfer_hnd/float16"
+    fa3 = AttentionPlan("triton", "triton_hnd", FP8, "fa3")
+    assert fa3.describe(torch.bfloat16) == "triton/triton_hnd/float8_e4m3fn/encoder-fa3"
+
+
+def test_auto_takes_fa3_for_the_encoder_only_where_it_runs(monkeypatch) -> None:
+    # The choice alone (no GPU here): FA3 where FlashInfer's Hopper kernels run, else SDPA.
+    from batchscribe.attention import registry
+
+    cuda = torch.device("cuda")
+    monkeypatch.setattr(registry, "package_available", lambda package: True)
+    monkeypatch.setattr(registry, "fa3_runs", lambda device: True)
+    assert resolve_attention("auto", "auto", cuda, torch.float16).encoder_kernel == "fa3"
+    assert resolve_attention("auto", "auto", cuda, torch.float32).encoder_kernel == "sdpa"  # half precision only
+    monkeypatch.setattr(registry, "fa3_runs", lambda device: False)
+    assert resolve_attention("auto", "auto", cuda, torch.bfloat16).encoder_kernel == "sdpa"

@@ -19,8 +19,9 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
 
 @pytest.mark.gpu
 @needs_cuda
-@pytest.mark.parametrize("attention,cross_kv,encoder_precision", [("sdpa", "auto", "auto"), ("auto", "fp8", "auto"),
-                                                                  ("auto", "auto", "fp8")])  # fmt: skip
+@pytest.mark.parametrize("attention,cross_kv,encoder_precision", [
+    ("sdpa", "auto", "auto"), ("auto", "fp8", "auto"), ("auto", "auto", "fp8"), ("sdpa/sdpa/fa3", "auto", "auto"),
+    ("sdpa/sdpa/fa3", "auto", "fp8")])  # fmt: skip
 def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances, attention, cross_kv,
                                                          encoder_precision) -> None:  # fmt: skip
     """A captured admission chunk (features, encoder, cross K/V into the chunk's slots) writes the
@@ -30,10 +31,18 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
     from batchscribe.api import Transcriber
     from batchscribe.audio.features import pad_or_trim
 
+    from batchscribe.attention.registry import fa3_runs
+
+    fa3 = fa3_runs(torch.device("cuda"))
+    if attention.endswith("/fa3") and not fa3:
+        pytest.skip("the fa3 encoder kernel needs FlashInfer and a Hopper GPU")
     n = 16
     t = Transcriber(str(tiny_en_dir), device="cuda", dtype="float16", batch_size=n, attention=attention,
                     cross_kv=cross_kv, encoder_precision=encoder_precision)  # fmt: skip
     assert t.config.encoder == ("fp8" if encoder_precision == "fp8" else "fused")
+    # "auto" takes FA3 for the encoder wherever it runs (its graphs are then what this checks)
+    assert t.config.attention.encoder_kernel == ("fa3" if attention.endswith("fa3") or (attention == "auto" and fa3)
+                                                 else "sdpa")  # fmt: skip
     t.transcribe(utterances[:2], sample_rate=16000)
     engine = t.scheduler().engine
     runner = engine.encoder_graphs

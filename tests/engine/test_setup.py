@@ -40,3 +40,17 @@ def test_encoder_modes_on_cuda_are_chosen_by_dtype() -> None:
 def test_unknown_encoder_precision_is_refused() -> None:
     with pytest.raises(ConfigError, match="encoder_precision='int8'; use auto or fp8"):
         EngineOptions(encoder_precision="int8")  # type: ignore[arg-type]
+
+
+def test_an_eager_encoder_keeps_sdpa_where_auto_chose_fa3(monkeypatch) -> None:
+    # FA3 is the fused encoder's kernel: where the encoder runs eagerly (no Triton), "auto" falls
+    # back to SDPA, and a name that asks for it is refused with the fix.
+    from batchscribe.attention.registry import AttentionPlan
+    from batchscribe.engine import setup
+
+    fa3 = AttentionPlan("sdpa", "sdpa", None, "fa3")
+    monkeypatch.setattr(setup, "resolve_attention", lambda *args: fa3)
+    auto = resolve_engine(EngineOptions(device="cpu"), TINY)
+    assert (auto.encoder, auto.attention.encoder_kernel) == ("eager", "sdpa")
+    with pytest.raises(ConfigError, match="the fa3 encoder kernel runs in the fused encoder"):
+        resolve_engine(EngineOptions(device="cpu", attention="sdpa/sdpa/fa3"), TINY)
