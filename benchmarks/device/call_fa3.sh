@@ -7,10 +7,7 @@
 set -u
 commit=$1; shift
 source benchmarks/device/install.sh
-for f in .stage/fa3/*.so; do  # prebuilt modules where FlashInfer looks for AOT ones: no JIT build
-    [ -e "$f" ] || continue
-    n=$(basename "$f" .so); mkdir -p /tmp/site/flashinfer/data/aot/$n && cp "$f" /tmp/site/flashinfer/data/aot/$n/$n.so
-done
+source benchmarks/device/fa3_modules.sh
 source benchmarks/device/env.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 timeout ${BUILD_TIMEOUT:-420} python3 - > $OUT/fa3_build.txt 2>&1 <<'PY'
@@ -32,8 +29,10 @@ tail -4 $OUT/fa3_build.txt | cut -c1-300
 ls -la $OUT/fa3.tgz 2>/dev/null | cut -c1-120
 timeout 200 python3 -m pytest -q -m gpu tests/attention/test_flashinfer_prefill.py ${PYTEST_MORE:-} > $OUT/tests_fa3.txt 2>&1
 tail -3 $OUT/tests_fa3.txt | cut -c1-300
-(cd benchmarks && timeout 200 python3 encoder_speed.py ${ENCODER_ARGS:---groups 32 --no-append}) > $OUT/encoder.txt 2>&1
-grep -E "group|encoder|Error" $OUT/encoder.txt | cut -c1-260
+if [ "${SKIP_ENCODER:-0}" != 1 ]; then
+    (cd benchmarks && timeout 200 python3 encoder_speed.py ${ENCODER_ARGS:---groups 32 --no-append}) > $OUT/encoder.txt 2>&1
+    grep -E "group|encoder|Error" $OUT/encoder.txt | cut -c1-260
+fi
 i=0
 for args in "$@"; do
     i=$((i + 1))

@@ -2,8 +2,10 @@
 # Device call right after call_a.sh (carry .stage/p2b .before): start-up A/B, startup_profile.py cold in
 # fresh processes alternated between an earlier tree (stage.sh's BEFORE=COMMIT, in .before) and this
 # checkout, ROUNDS rounds (issue 17: <= 2.5 s). The first run of each tree is dropped: it pays Triton's builds.
+# Carry .stage/fa3 too (FA3's modules, call_fa3.sh) where the encoder's attention is FA3: no JIT build.
 #   bash benchmarks/device/call_startup_ab.sh COMMIT
 set -u
+source benchmarks/device/fa3_modules.sh
 source benchmarks/device/env.sh
 commit=$1
 # The tiny.en parts from .stage/p2b (p2 less its data: p2 and .before pass a call's 64 MiB); call A's test-clean rows.

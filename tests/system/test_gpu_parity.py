@@ -75,7 +75,9 @@ def test_fused_and_fp8_encoders_transcribe_like_the_eager_one(tiny_en_dir, utter
     kw = dict(device="cuda", dtype="float16", batch_size=16, temperatures=(0.0,))
     fused_t = Transcriber(str(tiny_en_dir), **kw)
     assert fused_t.config.encoder == "fused"
-    eager_s = fused_t.build_scheduler(config=dataclasses.replace(fused_t.config, encoder="eager"))
+    # The eager module has its own attention (SDPA): FA3, where "auto" chose it, is the fused encoder's.
+    sdpa = dataclasses.replace(fused_t.config.attention, encoder_kernel="sdpa")
+    eager_s = fused_t.build_scheduler(config=dataclasses.replace(fused_t.config, encoder="eager", attention=sdpa))
     eager_records = records(eager_s, utterances)
     eager = tokens(eager_records)
     fused = tokens(fused_t.transcribe(utterances, sample_rate=16000))
