@@ -88,7 +88,8 @@ def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[
             "add_norm fp8": lambda: ops.add_norm(x, x, None, layer.ln2, True),
             "quant_rows": lambda: ops.quant_rows(x),
             **{f"gelu_quant {launch}": (lambda launch=launch: encoder_triton.gelu_quant(h, launch))
-               for launch in ((0, 8), (0, 16), (1024, 4), (1024, 8), (512, 4), (2048, 8))},
+               for launch in ((0, 8, False), (0, 16, False), (0, 4, True), (0, 8, True), (0, 16, True),
+                              (1024, 4, True), (1024, 8, True))},
             "qkv fp8": lambda: layer.fp8["qkv"](xq, xs),
             "out_proj fp8": lambda: layer.fp8["out"](xq, xs),
             "fc1 fp8": lambda: layer.fp8["fc1"](xq, xs),

@@ -76,15 +76,29 @@ if triton is not None:
         return 0.5 * h * (1.0 + tl.where(h < 0, -erf, erf))
 
     @triton.jit
-    def _gelu_quant_kernel(h_ptr, out_ptr, scale_ptr, D, BLOCK: tl.constexpr):
+    def _gelu_tanh(h):
+        """GELU's tanh form, cuBLASLt's epilogue (the fused half-precision encoder's fc1): 0.5 h (1 +
+        tanh(u)) = h * sigmoid(2 u), u = sqrt(2 / pi) (h + 0.044715 h^3); one exp2 and one fast
+        division an element. Large |h| gives h or -0, as it should."""
+        z = -2.302208198 * (h + 0.044715 * h * h * h)  # -2 u log2(e): exp2(z) = exp(-2 u)
+        return tl.fdiv(h, 1.0 + tl.exp2(z), ieee_rounding=False)
+
+    @triton.jit
+    def _gelu_form(h, TANH: tl.constexpr):
+        if TANH:
+            return _gelu_tanh(h)
+        return _gelu(h)
+
+    @triton.jit
+    def _gelu_quant_kernel(h_ptr, out_ptr, scale_ptr, D, BLOCK: tl.constexpr, TANH: tl.constexpr):
         row = tl.program_id(0).to(tl.int64)
         cols = tl.arange(0, BLOCK)
         mask = cols < D
-        g = _gelu(tl.load(h_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32))
+        g = _gelu_form(tl.load(h_ptr + row * D + cols, mask=mask, other=0.0).to(tl.float32), TANH)
         _quant_store(g, out_ptr + row * D, scale_ptr, row, cols, mask)
 
     @triton.jit
-    def _gelu_quant_chunked_kernel(h_ptr, out_ptr, scale_ptr, D, CHUNK: tl.constexpr):
+    def _gelu_quant_chunked_kernel(h_ptr, out_ptr, scale_ptr, D, CHUNK: tl.constexpr, TANH: tl.constexpr):
         """The row in CHUNK-wide pieces, twice: the amax, then the quantised values (the second
         read hits the cache). No lanes idle on a row that is not a power of two wide."""
         row = tl.program_id(0).to(tl.int64)
@@ -92,13 +106,13 @@ if triton is not None:
         amax = tl.zeros([CHUNK], dtype=tl.float32)
         for start in range(0, D, CHUNK):
             mask = start + cols < D
-            g = _gelu(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32))
+            g = _gelu_form(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32), TANH)
             amax = tl.maximum(amax, tl.where(mask, tl.abs(g), 0.0))
         scale = tl.maximum(tl.max(amax, axis=0), 1e-12) / 448.0
         inv = 1.0 / scale  # see _quant_store
         for start in range(0, D, CHUNK):
             mask = start + cols < D
-            g = _gelu(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32))
+            g = _gelu_form(tl.load(h_ptr + row * D + start + cols, mask=mask, other=0.0).to(tl.float32), TANH)
             q = tl.clamp(g * inv, -448.0, 448.0)
             tl.store(out_ptr + row * D + start + cols, q.to(tl.float8e4nv), mask=mask)
         tl.store(scale_ptr + row, scale)
@@ -130,20 +144,22 @@ def add_norm(y: torch.Tensor, residual: torch.Tensor | None, bias: torch.Tensor 
     return out, scale
 
 
-# gelu_quant's launch: (chunk, warps); chunk 0 is the whole row in one block. Chosen by measurement
-# (benchmarks/encoder_speed.py; docs/GPU_NOTES.md).
-GELU_LAUNCH = (0, 16)
+# gelu_quant's launch: (chunk, warps, tanh form); chunk 0 is the whole row in one block. Chosen by
+# measurement (benchmarks/encoder_speed.py; docs/GPU_NOTES.md).
+GELU_LAUNCH = (0, 16, False)
 
 
-def gelu_quant(h: torch.Tensor, launch: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gelu_quant(h: torch.Tensor, launch: tuple[int, int, bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """h [M, N] -> GELU(h) as e4m3 with per-row scales: the exact (erf) form, or with launch[2]
+    the tanh form."""
     m, d = h.shape
-    chunk, warps = launch or GELU_LAUNCH
+    chunk, warps, tanh = launch or GELU_LAUNCH
     out = torch.empty(m, d, device=h.device, dtype=torch.float8_e4m3fn)
     scale = torch.empty(m, 1, device=h.device, dtype=torch.float32)
     if chunk:
-        _gelu_quant_chunked_kernel[(m,)](h, out, scale, d, CHUNK=chunk, num_warps=warps)
+        _gelu_quant_chunked_kernel[(m,)](h, out, scale, d, CHUNK=chunk, TANH=tanh, num_warps=warps)
     else:
-        _gelu_quant_kernel[(m,)](h, out, scale, d, BLOCK=triton.next_power_of_2(d), num_warps=warps)
+        _gelu_quant_kernel[(m,)](h, out, scale, d, BLOCK=triton.next_power_of_2(d), TANH=tanh, num_warps=warps)
     return out, scale
 
 

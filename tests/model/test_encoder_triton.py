@@ -58,6 +58,8 @@ CHECK = textwrap.dedent(
             h = torch.randn(37, 4 * d, device=device).to(dtypes[-1])
             h[3] = 0  # a padded row: zero scale floor, zero output
             close_fp8(*et.gelu_quant(h), *quantize_rows(F.gelu(h.float())), fp8_values)
+            for launch in ((0, 8, True), (1024, 4, True)):  # the tanh form, whole rows and in chunks
+                close_fp8(*et.gelu_quant(h, launch), *quantize_rows(F.gelu(h.float(), approximate="tanh")), fp8_values)
             close_fp8(*et.quant_rows(h), *quantize_rows(h), fp8_values)
             assert (et.quant_rows(h)[0][3].float() == 0).all()
         print("ok")
