@@ -39,10 +39,11 @@ def add_norm(y: torch.Tensor, residual: torch.Tensor | None, bias: torch.Tensor 
 
 
 def gelu_quant(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact GELU of h [M, N], quantised to e4m3 per row: fc2's fp8 input."""
+    """GELU of h [M, N] in its tanh form (the Triton kernel's), quantised to e4m3 per row: fc2's
+    fp8 input."""
     if use_triton(h):
         return encoder_triton.gelu_quant(h)
-    return quantize_rows(F.gelu(h.float()))
+    return quantize_rows(F.gelu(h.float(), approximate="tanh"))
 
 
 def quant_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

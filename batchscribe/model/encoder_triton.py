@@ -2,7 +2,8 @@
 
 - `add_norm`: s = y (+ residual) (+ bias), stored in place over y; then LayerNorm(s), written in the
   model's dtype or as e4m3 with one scale per row (the next fp8 GEMM's input);
-- `gelu_quant`: exact (erf) GELU of fc1's output, quantised per row for fc2;
+- `gelu_quant`: GELU of fc1's output (its tanh form, as cuBLASLt's epilogue computes it for the
+  half-precision encoder; the erf form on request), quantised per row for fc2;
 - `quant_rows`: per-row e4m3 quantisation (the attention output, for out_proj).
 
 Each replaces two or three eager passes over the activations with one. encoder_ops.py holds the
@@ -145,8 +146,9 @@ def add_norm(y: torch.Tensor, residual: torch.Tensor | None, bias: torch.Tensor 
 
 
 # gelu_quant's launch: (chunk, warps, tanh form); chunk 0 is the whole row in one block. Chosen by
-# measurement (benchmarks/encoder_speed.py; docs/GPU_NOTES.md).
-GELU_LAUNCH = (0, 16, False)
+# measurement (benchmarks/encoder_speed.py; docs/GPU_NOTES.md): the erf form's arithmetic, not
+# memory, bounded the pass.
+GELU_LAUNCH = (0, 8, True)
 
 
 def gelu_quant(h: torch.Tensor, launch: tuple[int, int, bool] | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -57,9 +57,12 @@ CHECK = textwrap.dedent(
                                 torch.testing.assert_close(o1.float(), o2.float(), rtol=2e-2 if ulp else 1e-5, atol=2e-2 if ulp else 1e-5)
             h = torch.randn(37, 4 * d, device=device).to(dtypes[-1])
             h[3] = 0  # a padded row: zero scale floor, zero output
-            close_fp8(*et.gelu_quant(h), *quantize_rows(F.gelu(h.float())), fp8_values)
-            for launch in ((0, 8, True), (1024, 4, True)):  # the tanh form, whole rows and in chunks
-                close_fp8(*et.gelu_quant(h, launch), *quantize_rows(F.gelu(h.float(), approximate="tanh")), fp8_values)
+            tanh = quantize_rows(F.gelu(h.float(), approximate="tanh"))
+            close_fp8(*et.gelu_quant(h), *tanh, fp8_values)  # the default: the tanh form
+            for launch in ((0, 8, True), (1024, 4, True)):  # whole rows and in chunks
+                close_fp8(*et.gelu_quant(h, launch), *tanh, fp8_values)
+            for launch in ((0, 16, False), (1024, 4, False)):  # the erf form on request
+                close_fp8(*et.gelu_quant(h, launch), *quantize_rows(F.gelu(h.float())), fp8_values)
             close_fp8(*et.quant_rows(h), *quantize_rows(h), fp8_values)
             assert (et.quant_rows(h)[0][3].float() == 0).all()
         print("ok")
