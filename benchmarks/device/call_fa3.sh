@@ -1,13 +1,12 @@
 #!/usr/bin/env bash
 # Device call for the encoder's FA3 attention (carry .whl2 .stage/p1; add .stage/fa3 once an earlier
-# call returned its modules as fa3.tgz): FlashInfer's FA3 prefill modules for fp16 and bf16 built
-# (JIT, timed) or loaded, returned as fa3.tgz; the attention's GPU tests; the encoder alone
-# (encoder_speed.py, ENCODER_ARGS); then W4 once per further argument string, e.g.
+# call returned its modules as fa3.tgz, where the 64 MiB allow): FlashInfer's FA3 prefill modules
+# for fp16 and bf16 built (JIT, timed) or loaded, returned as fa3.tgz; the attention's GPU tests
+# (PYTEST_MORE adds files); then call_w4.sh with the further arguments (the encoder alone, W4), e.g.
 #   bash benchmarks/device/call_fa3.sh abc1234 "--windows 4096 --configs triton/flashinfer_hnd:auto auto:auto"
 set -u
-commit=$1; shift
+commit=$1
 source benchmarks/device/install.sh
-source benchmarks/device/fa3_modules.sh
 source benchmarks/device/env.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 timeout ${BUILD_TIMEOUT:-420} python3 - > $OUT/fa3_build.txt 2>&1 <<'PY'
@@ -26,17 +25,6 @@ for dtype in (torch.float16, torch.bfloat16):
 PY
 tail -4 $OUT/fa3_build.txt | cut -c1-300
 (cd $HOME/.cache/flashinfer 2>/dev/null && find . -name "*.so" -path "*prefill*" | tar czf $OUT/fa3.tgz -T -) || true
-ls -la $OUT/fa3.tgz 2>/dev/null | cut -c1-120
 timeout 200 python3 -m pytest -q -m gpu tests/attention/test_flashinfer_prefill.py ${PYTEST_MORE:-} > $OUT/tests_fa3.txt 2>&1
 tail -3 $OUT/tests_fa3.txt | cut -c1-300
-if [ "${SKIP_ENCODER:-0}" != 1 ]; then
-    (cd benchmarks && timeout 200 python3 encoder_speed.py ${ENCODER_ARGS:---groups 32 --no-append}) > $OUT/encoder.txt 2>&1
-    grep -E "group|encoder|Error" $OUT/encoder.txt | cut -c1-260
-fi
-i=0
-for args in "$@"; do
-    i=$((i + 1))
-    (cd benchmarks && timeout 400 python3 w4_turbo.py --tokenizer-from $S/basetok $args) > $OUT/w4_$i.txt 2>&1
-    echo "== $args"; grep -E "^batchscribe|^Whisper generate|^GenerationMixin|capture|ratio|windows/s|Error" $OUT/w4_$i.txt | cut -c1-300
-done
-cp benchmarks/RESULTS.md $OUT/
+bash benchmarks/device/call_w4.sh "$@"

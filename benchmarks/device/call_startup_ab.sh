@@ -5,7 +5,7 @@
 # Carry .stage/fa3 too (FA3's modules, call_fa3.sh) where the encoder's attention is FA3: no JIT build.
 #   bash benchmarks/device/call_startup_ab.sh COMMIT
 set -u
-source benchmarks/device/fa3_modules.sh
+source benchmarks/device/aot_modules.sh  # call A's install ran before .stage/fa3 was here
 source benchmarks/device/env.sh
 commit=$1
 # The tiny.en parts from .stage/p2b (p2 less its data: p2 and .before pass a call's 64 MiB); call A's test-clean rows.

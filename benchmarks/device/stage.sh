@@ -43,8 +43,12 @@ mkdir -p .stage/p1/data/misc && cp ../shared/data/misc/jfk.flac .stage/p1/data/m
 # W1's utterances as BENCHMARKS.md measured its peer (~13 s each): the first 100 of train-clean-5.
 mkdir -p .stage/p3/data/librispeech
 python -c "import pyarrow.parquet as pq; pq.write_table(pq.read_table('../shared/data/librispeech/train-clean-5-00000-of-00008.parquet').slice(0, 100), '.stage/p3/data/librispeech/train-clean-5-first100.parquet', row_group_size=64)"
-# FlashInfer's decode modules built by an earlier call (call_a.sh returns them as aot.tgz): no JIT.
-if compgen -G ".fiaot/*.so" > /dev/null; then cp .fiaot/*.so .stage/p1/aot/; fi
+# FlashInfer's modules built by earlier calls, unpacked into .fiaot (call_b.sh returns the decode
+# ones as aot.tgz, call_fa3.sh the encoder's FA3 ones as fa3.tgz): no JIT. FA3's ride in .stage/fa3
+# (p1 and .whl2 leave no room for them in call A).
+mkdir -p .stage/fa3
+find .fiaot -name "batch_decode*.so" -exec cp {} .stage/p1/aot/ \; 2>/dev/null || true
+find .fiaot -name "batch_prefill*sm90.so" -exec cp {} .stage/fa3/ \; 2>/dev/null || true
 # Ray for call_ray.sh (the image has none; its cp312 wheel is ~79 MB): the wheel less its Java jars,
 # RLlib and the dashboard's web build, with the jsonschema packages the image lacks, one xz tarball.
 mkdir -p .stage/p4 && rm -rf /tmp/bs_ray && mkdir -p /tmp/bs_ray/x
