@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-# The float workspace takes split-KV partials; shared by the chunk sizes' wrappers, whose runs are
-# ordered on the stream that encodes. FlashInfer's recommended size.
-WORKSPACE_BYTES = 128 * 1024 * 1024
+from batchscribe.attention.flashinfer import WORKSPACE_BYTES
+
 HOPPER = 9  # FA3 is built for compute capability 9.x (sm90a)
 
 
@@ -39,6 +38,8 @@ class FlashInferEncoderAttention:
 
         self.flashinfer, self.device, self.dtype = flashinfer, device, dtype
         self.n_head, self.head_dim, self.frames = n_head, head_dim, frames
+        # Split-KV partials, FlashInfer's recommended size; one for every chunk size's wrapper, whose
+        # runs are ordered on the stream that encodes (the decoder's wrappers keep their own).
         self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self.planned: dict[int, Any] = {}  # windows -> flashinfer.BatchPrefillWithRaggedKVCacheWrapper
 

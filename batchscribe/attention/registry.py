@@ -67,17 +67,19 @@ class AttentionPlan:
         return f"{self.self_kernel}/{self.cross_kernel}/{cross}{encoder}"
 
 
-def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype) -> AttentionPlan:
+def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype: torch.dtype,
+                      fused_encoder: bool = True) -> AttentionPlan:  # fmt: skip
     """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for the decoder's
     two kinds, or "SELF/CROSS[/ENCODER]" (e.g. "triton/flashinfer_hnd/fa3"; the encoder's is SDPA
-    unless named); `cross_kv` is "auto" or "fp8" (EngineOptions checked it). Raises ConfigError
-    naming the fix where a kernel cannot run."""
+    unless named); `cross_kv` is "auto" or "fp8" (EngineOptions checked it); `fused_encoder`:
+    whether the encoder runs fused (EngineConfig.encoder), the only form that takes another
+    encoder kernel than SDPA. Raises ConfigError naming the fix where a kernel cannot run."""
     half = dtype in (torch.float16, torch.bfloat16)
     if attention == "auto":
         fast = device.type == "cuda" and half
         self_kind = _first_available(AUTO_SELF, SELF_KERNELS) if fast else "sdpa"
         cross_kind = _first_available(AUTO_CROSS[cross_kv], CROSS_KERNELS) if fast else "sdpa"
-        encoder_kind = "fa3" if fast and fa3_runs(device) else "sdpa"
+        encoder_kind = "fa3" if fast and fused_encoder and fa3_runs(device) else "sdpa"
     else:
         parts = attention.split("/")
         if len(parts) == 1:
@@ -90,6 +92,10 @@ def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype
             raise ConfigError(f"attention={attention!r}; use 'auto', 'sdpa', 'flashinfer' or 'SELF/CROSS[/ENCODER]' "
                               f"with SELF in {tuple(SELF_KERNELS)}, CROSS in {tuple(CROSS_KERNELS)} and ENCODER in "
                               f"{tuple(ENCODER_KERNELS)}")  # fmt: skip
+        if encoder_kind != "sdpa" and not fused_encoder:
+            raise ConfigError(f"attention={attention!r}: the {encoder_kind} encoder kernel runs in the fused encoder "
+                              "(CUDA, float16 or bfloat16, Triton), which this run does not use; end the name "
+                              "with /sdpa")  # fmt: skip
         _check_runs(attention, (SELF_KERNELS[self_kind], CROSS_KERNELS[cross_kind], ENCODER_KERNELS[encoder_kind]),
                     device, half, dtype)  # fmt: skip
         if encoder_kind == "fa3" and not fa3_runs(device):

@@ -96,16 +96,11 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     device = resolve_device(options.device)
     cuda = device.type == "cuda"
     dtype = DTYPES[options.dtype or ("float16" if cuda else "float32")]
-    plan = resolve_attention(options.attention, options.cross_kv, device, dtype)
+    encoder = _encoder_mode(options.encoder_precision, device, dtype)
+    plan = resolve_attention(options.attention, options.cross_kv, device, dtype, fused_encoder=encoder != "eager")
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
-    encoder = _encoder_mode(options.encoder_precision, device, dtype)
-    if encoder == "eager" and plan.encoder_kernel != "sdpa":  # only the fused encoder takes another kernel
-        if options.attention != "auto":
-            raise ConfigError(f"attention={options.attention!r}: the {plan.encoder_kernel} encoder kernel runs in the "
-                              "fused encoder, which needs Triton; install it or end the name with /sdpa")  # fmt: skip
-        plan = replace(plan, encoder_kernel="sdpa")
     return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
                         fused_greedy=cuda and triton_select.triton_available(), encoder=encoder)  # fmt: skip

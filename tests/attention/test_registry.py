@@ -71,5 +71,10 @@ def test_auto_takes_fa3_for_the_encoder_only_where_it_runs(monkeypatch) -> None:
     monkeypatch.setattr(registry, "fa3_runs", lambda device: True)
     assert resolve_attention("auto", "auto", cuda, torch.float16).encoder_kernel == "fa3"
     assert resolve_attention("auto", "auto", cuda, torch.float32).encoder_kernel == "sdpa"  # half precision only
+    # An encoder that runs eagerly (no Triton) keeps SDPA; a name that asks for FA3 there is refused.
+    assert resolve_attention("auto", "auto", cuda, torch.float16, fused_encoder=False).encoder_kernel == "sdpa"
+    with pytest.raises(ValueError, match="the fa3 encoder kernel runs in the fused encoder"):
+        resolve_attention("sdpa/sdpa/fa3", "auto", cuda, torch.float16, fused_encoder=False)
+    assert resolve_attention("sdpa/sdpa/fa3", "auto", cuda, torch.float16).encoder_kernel == "fa3"
     monkeypatch.setattr(registry, "fa3_runs", lambda device: False)
     assert resolve_attention("auto", "auto", cuda, torch.bfloat16).encoder_kernel == "sdpa"

@@ -29,9 +29,8 @@ def test_encoder_graphs_write_the_cross_cache_like_eager(tiny_en_dir, utterances
     import numpy as np
 
     from batchscribe.api import Transcriber
-    from batchscribe.audio.features import pad_or_trim
-
     from batchscribe.attention.registry import fa3_runs
+    from batchscribe.audio.features import pad_or_trim
 
     fa3 = fa3_runs(torch.device("cuda"))
     if attention.endswith("/fa3") and not fa3:

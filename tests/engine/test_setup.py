@@ -42,14 +42,9 @@ def test_unknown_encoder_precision_is_refused() -> None:
         EngineOptions(encoder_precision="int8")  # type: ignore[arg-type]
 
 
-def test_an_eager_encoder_keeps_sdpa_where_auto_chose_fa3(monkeypatch) -> None:
-    # FA3 is the fused encoder's kernel: where the encoder runs eagerly (no Triton), "auto" falls
-    # back to SDPA, and a name that asks for it is refused with the fix.
-    from batchscribe.attention.registry import AttentionPlan
-    from batchscribe.engine import setup
-
-    fa3 = AttentionPlan("sdpa", "sdpa", None, "fa3")
-    monkeypatch.setattr(setup, "resolve_attention", lambda *args: fa3)
+def test_an_eager_encoder_refuses_the_fa3_encoder_kernel() -> None:
+    # FA3 is the fused encoder's kernel: a run whose encoder is eager (here the CPU's) is refused
+    # with the fix when the name asks for it. ("auto" then keeps SDPA: tests/attention/test_registry.py.)
     auto = resolve_engine(EngineOptions(device="cpu"), TINY)
     assert (auto.encoder, auto.attention.encoder_kernel) == ("eager", "sdpa")
     with pytest.raises(ConfigError, match="the fa3 encoder kernel runs in the fused encoder"):
