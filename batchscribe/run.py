@@ -116,7 +116,7 @@ class _DecodePlan:
 
     def slots_hint(self, opts: RunOptions) -> int:
         """The decoder slots to feed before the engine has sized them (at most this many)."""
-        from batchscribe.engine.setup import CPU_SLOTS, CUDA_SLOT_CAP
+        from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP
 
         return opts.engine.batch_size or (CUDA_SLOT_CAP if self.on_cuda else CPU_SLOTS)
 

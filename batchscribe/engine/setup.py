@@ -12,7 +12,7 @@ import torch
 from batchscribe.attention.registry import AttentionPlan, resolve_attention
 from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine import triton_select
-from batchscribe.engine.sizing import default_kv_buckets, slots_for_memory
+from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP, default_kv_buckets, slots_for_memory
 from batchscribe.model import encoder_triton
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
@@ -21,10 +21,6 @@ from batchscribe.model.fp8 import fp8_gemm_supported
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-CPU_SLOTS = 16
-# The default cap on CUDA: more slots make a large model's steps a little more efficient but a small
-# model's admissions (groups twice the size) slower; pass batch_size for more (docs/GPU_NOTES.md).
-CUDA_SLOT_CAP = 256
 
 
 def resolve_device(name: str) -> torch.device:

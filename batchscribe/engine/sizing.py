@@ -10,6 +10,12 @@ import math
 # idles until its batch is read. Chosen by measurement (docs/GPU_NOTES.md).
 STEPS_AHEAD_SECONDS = 0.002
 MAX_STEPS_PER_CHECK = 4
+# Decoder slots unless batch_size says: 16 on the CPU; on CUDA as many as fit, up to the cap. More
+# slots make a large model's steps a little more efficient but a small model's admissions (groups
+# twice the size) slower (docs/GPU_NOTES.md). Here, without torch: --ray's driver sizes its actor
+# calls by them.
+CPU_SLOTS = 16
+CUDA_SLOT_CAP = 256
 
 
 def steps_per_check(step_seconds: float) -> int:

@@ -14,7 +14,7 @@ A complete example (runs as it is on a laptop; on a cluster, `ray.init("auto")`)
 
     ray.init()
     gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
-    rows = 128 if gpus else 4  # rows per actor call
+    rows = 256 if gpus else 16  # rows per actor call: the engine's default slots
     ds = ray.data.read_parquet("data/test-*.parquet").select_columns(["id", "audio", "text"])
     # One block per actor call: Ray Data hands a task's rows on only when its whole block is done,
     # and a Parquet row group (thousands of rows) would be one block on one actor.

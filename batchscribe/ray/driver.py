@@ -31,6 +31,7 @@ from batchscribe.audio.sources import SourceError
 from batchscribe.audio.sources.columns import Columns, resolve_columns
 from batchscribe.audio.sources.fingerprint import inputs_listing
 from batchscribe.config import ConfigError
+from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP
 from batchscribe.output.lock import lock_output
 from batchscribe.output.records import now_iso
 from batchscribe.output.resume import OutputState, output_prefix
@@ -48,7 +49,10 @@ INSTALL = "pip install 'batchscribe[ray]'"
 # waits forever (measured: 2 actors of 0.75 on 2 CPUs hang; of 0.5 they run). Ray sets an actor's
 # OMP threads from its share (at least 1), so torch does not oversubscribe.
 DECODE_CPUS, CPU_ACTOR_CPUS, GPU_ACTOR_CPUS = 0.25, 0.5, 1.0
-GPU_SLOTS, CPU_SLOTS = 128, 16  # an actor's engine slots unless --batch-size says
+# A GPU actor's engine slots unless --batch-size says: the engine's default cap (it sizes them from
+# memory up to the cap; where a large model's do not reach it, the rows beyond wait in the actor).
+# A CPU actor's are the engine's CPU_SLOTS.
+GPU_SLOTS = CUDA_SLOT_CAP
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@
 #   run(carry=[".stage/p3", ".stage/p4"], command="bash benchmarks/device/call_ray.sh COMMIT")  (one GPU actor)
 #   run(carry=[".stage/p5"],          command="bash benchmarks/device/call_vad.sh COMMIT")  (--vad on CUDA)
 #   run(carry=[".stage/p6"],          command="bash benchmarks/device/call_overlap.sh COMMIT")  (encoder beside steps)
+#   run(carry=[".stage/p7"],          command="bash benchmarks/device/call_fp8acc.sh COMMIT")  (fp8 encoder's WER)
 # With BEFORE=COMMIT, ab.sh then runs W1/W2 on that commit and this checkout in one call (carry .before).
 set -euo pipefail
 grep -qx '/.whl2/' .git/info/exclude 2>/dev/null || printf '/.whl2/\n/.fiaot/\n' >> .git/info/exclude
@@ -69,5 +70,7 @@ pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementa
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     -d .stage/p6 "cuda-bindings>=13.0,<13.1" cuda-pathfinder
 python -c "import pyarrow as pa, pyarrow.parquet as pq, glob; pq.write_table(pa.concat_tables([pq.read_table(f, columns=['id', 'text', 'duration_s']) for f in sorted(glob.glob('../shared/data/librispeech/train-clean-5-*.parquet'))]), '.stage/p6/data/train-clean-5-text.parquet')"
+# fp8_accuracy.py's second set for call_fp8acc.sh: train-clean-5's shard 0 (45 MB, a call of its own).
+mkdir -p .stage/p7/data/librispeech && cp ../shared/data/librispeech/train-clean-5-00000-of-00008.parquet .stage/p7/data/librispeech/
 sha256sum "$tiny/model.safetensors"
-du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4 .stage/p5 .stage/p6  # each call carries at most 64 MiB with the checkout
+du -sb .whl2 .stage/p1 .stage/p2 .stage/p3 .stage/p4 .stage/p5 .stage/p6 .stage/p7  # each call carries at most 64 MiB with the checkout

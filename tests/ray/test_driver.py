@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP
 from batchscribe.ray.driver import (
     CPU_ACTOR_CPUS,
-    CPU_SLOTS,
     GPU_ACTOR_CPUS,
     GPU_SLOTS,
     _actor_pool,
@@ -43,8 +43,9 @@ def test_rows_per_call_fill_the_slots_on_a_gpu_and_are_single_rows_on_the_cpu(gp
 @pytest.mark.parametrize(("gpus", "batch_size"), [(1, None), (1, 64), (0, None), (0, 4), (0, 1)])
 def test_the_calls_on_an_actor_hold_its_slots_and_one_call_more(gpus: int, batch_size: int | None) -> None:
     """A call's records come back only when all its rows are done, so the rows held must cover
-    the slots with a call to spare; more would pin rows to one actor that another could take."""
-    slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
+    the slots with a call to spare; more would pin rows to one actor that another could take. The
+    slots are the engine's own (engine/sizing.py): an actor's engine sized at its defaults."""
+    slots = batch_size or (CUDA_SLOT_CAP if gpus else CPU_SLOTS)
     rows, calls = rows_per_call(gpus, batch_size), calls_per_actor(gpus, batch_size)
     assert (calls - 1) * rows >= slots > (calls - 2) * rows
 
