@@ -188,12 +188,7 @@ def _connect(ray: Any, plan: RayPlan) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise ConfigError(f"--ray {plan.address or 'local'}: cannot reach a Ray cluster ({exc}); give the head's "
                           "address (host:6379, or auto on a cluster node), or --ray alone for a local one") from None
-    context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = False  # batchscribe's own bar reports
-    if hasattr(context, "use_datasource_v2"):
-        # The v2 Parquet reader plans with actors of its own (each a Python worker importing Ray):
-        # start-up CPU that the run's own actors wait behind on a small machine.
-        context.use_datasource_v2 = False
+    ray.data.DataContext.get_current().enable_progress_bars = False  # batchscribe's own bar reports
     return True
 
 
@@ -210,6 +205,12 @@ class _Stages:
         src, cols = self.opts.source, self.cols
         folders = {os.path.dirname(os.path.abspath(f)) for f in self.files}
         data = self.ray.data
+        context = data.DataContext.get_current()
+        if hasattr(context, "use_datasource_v2"):
+            # Ray Data's v2 Parquet reader splits a file's row groups over read tasks (GPU actors
+            # wait on the read and decode otherwise), but plans with actors of its own: start-up
+            # CPU that CPU actors wait behind on a small machine. Measured: docs/GPU_NOTES.md.
+            context.use_datasource_v2 = bool(self.gpus)
         tasks = decode_tasks(self.ray.cluster_resources().get("CPU", 1.0), self._actor_cpus(), self.plan.workers)
         try:
             ds = data.read_parquet(self.files, concurrency=tasks, ray_remote_args={"num_cpus": DECODE_CPUS})

@@ -4,6 +4,7 @@
 # real tiny.en that call B assembled, on every row of test-other's subset and of the shard.
 # Arguments go to fp8_accuracy.py.
 set -u
+source benchmarks/device/aot_modules.sh  # FA3 modules, where .stage/fa3 rides along
 source benchmarks/device/env.sh
 commit=$1; shift
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
