@@ -1,11 +1,13 @@
 """The fp8 encoder's accuracy on real weights: WER with --encoder-precision fp8 against the default
 encoder, on the same rows, with the share of identical transcripts.
 
-    python benchmarks/fp8_accuracy.py [--models tiny.en base] [--rows 100] [--device cpu|cuda]
+    python benchmarks/fp8_accuracy.py [--models tiny.en base] [--rows 100] [--device cpu|cuda] [--dtype float16]
 
 Sets: the first --rows of LibriSpeech test-other and of train-clean-5 shard 0 (../shared/data).
 On the CPU the fp8 GEMMs are emulated (the same quantisation, float32 arithmetic); on a GPU they
-are torch._scaled_mm. Greedy decoding (temperature 0) so that the fallback cannot hide a change.
+are torch._scaled_mm. The model's dtype is the device's default (float32 on the CPU, float16 on a
+GPU for tiny.en and base) unless --dtype says: `--dtype float16` on the CPU compares fp8 against
+the GPU's default precision. Greedy decoding (temperature 0) so that the fallback cannot hide a change.
 Prints a table and appends rows to benchmarks/RESULTS.md.
 """
 
@@ -33,6 +35,7 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=["tiny.en", "base"])
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="auto", help="the model's dtype: float16 on the CPU gives the GPU's default")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import jiwer
@@ -48,20 +51,21 @@ def main() -> None:
             items, refs = rows(name, args.rows)
             texts = {}
             for precision in ("auto", "fp8"):
-                t = Transcriber(model, device=args.device, encoder_precision=precision, language="en", temperatures=(0.0,))
+                t = Transcriber(model, device=args.device, dtype=args.dtype, encoder_precision=precision, language="en",
+                                temperatures=(0.0,))  # fmt: skip
                 texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
                 t.release()
             ids = sorted(refs)
             wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}
             same = sum(texts["auto"][i] == texts["fp8"][i] for i in ids) / len(ids)
-            table.append((model, name, wer["auto"], wer["fp8"], same))
+            table.append((model, name, wer["auto"], wer["fp8"], same, len(ids)))
             print(f"{model:<8} {name:<14} WER default {wer['auto']:.2f} %  fp8 {wer['fp8']:.2f} %  "
                   f"(delta {wer['fp8'] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
-    print(f"\nfp8 encoder accuracy, {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
+    print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
     if not args.no_append:
-        for model, name, w_auto, w_fp8, same in table:
+        for model, name, w_auto, w_fp8, same, n in table:
             common.append_result({
-                "workload": f"fp8 encoder accuracy, {model}, {name} first {args.rows}, greedy, {args.device}",
+                "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {args.dtype}",
                 "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
                 "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
                 "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
