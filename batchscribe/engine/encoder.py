@@ -13,7 +13,7 @@ import torch
 from batchscribe.audio.features import LogMel
 from batchscribe.constants import N_SAMPLES
 from batchscribe.model.cache import DecoderCache
-from batchscribe.model.fused_encoder import FusedEncoder
+from batchscribe.model.fused_encoder import FP8_DENSE_LAYERS, FusedEncoder
 from batchscribe.model.whisper import Whisper
 
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
@@ -49,8 +49,8 @@ class WindowEncoder:
             dims = model.dims
             self.attention = FlashInferEncoderAttention(self.device, self.dtype, dims.n_audio_head,
                                                         dims.n_audio_state // dims.n_audio_head, dims.n_audio_ctx)  # fmt: skip
-        self.encode = model.encoder if mode == "eager" else FusedEncoder(model.encoder, fp8=mode == "fp8",
-                                                                         attention=self.attention)  # fmt: skip
+        self.encode = model.encoder if mode == "eager" else FusedEncoder(
+            model.encoder, fp8=mode == "fp8", dense_layers=FP8_DENSE_LAYERS, attention=self.attention)
         self.features = LogMel(model.dims.n_mels, device=self.device)
         self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]  # what an admission can use
 

@@ -17,6 +17,7 @@ from batchscribe.model import encoder_triton
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.fp8 import fp8_gemm_supported
+from batchscribe.model.fused_encoder import FP8_DENSE_LAYERS
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class EngineConfig:
         identity = {"dtype": self.dtype_name, "attention": self.attention.describe(self.dtype)}
         if self.encoder == "fp8":  # only then: folders written before the key existed still resume
             identity["encoder_precision"] = "fp8"
+            # which layers keep the model's dtype (a folder of the all-fp8 encoder is refused)
+            identity["encoder_dense_layers"] = ",".join(map(str, FP8_DENSE_LAYERS))
         return identity
 
     def describe(self) -> dict[str, Any]:

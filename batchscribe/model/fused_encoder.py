@@ -39,6 +39,10 @@ class _Pending:
 
 # (qkv [M = windows x frames, 3 d], windows) -> unmasked attention within each window, [M, d]
 EncoderAttention = Callable[[torch.Tensor, int], torch.Tensor]
+# The layers an fp8 encoder keeps in the model's dtype: the first, which reads the conv stem's
+# output, is the most sensitive to fp8's rounding (its cost in half precision, by WER and identical
+# transcripts, is in docs/GPU_NOTES.md); one layer of a large model's 32 is ~0.6 % of fp8's gain.
+FP8_DENSE_LAYERS = (0,)
 
 
 class _Layer:

@@ -17,6 +17,18 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
     assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
 
 
+def test_the_fp8_encoder_keeps_its_first_layer_in_the_models_dtype(tiny_en_dir, utterances) -> None:
+    """--encoder-precision fp8 runs every GEMM of the encoder in e4m3 but the first layer's (the
+    most sensitive: tests/model/test_fused_encoder.py), and transcribes (emulated on the CPU)."""
+    from batchscribe.api import Transcriber
+
+    t = Transcriber(str(tiny_en_dir), device="cpu", encoder_precision="fp8")
+    records = t.transcribe(utterances[:1], sample_rate=16000)
+    layers = t.scheduler().engine.encoder.encode.layers
+    assert [layer.fp8 is None for layer in layers] == [True, False, False, False]
+    assert records[0]["text"].strip() and t.config.identity()["encoder_dense_layers"] == "0"
+
+
 @pytest.mark.gpu
 @needs_cuda
 @pytest.mark.parametrize("attention,cross_kv,encoder_precision", [

@@ -23,7 +23,7 @@ def test_cpu_runs_the_eager_encoder_or_emulates_fp8() -> None:
     # fp8 changes transcripts, so it is part of the identity; the default adds no key, so folders
     # written before the option existed still resume.
     assert "encoder_precision" not in auto.identity()
-    assert fp8.identity() == {**auto.identity(), "encoder_precision": "fp8"}
+    assert fp8.identity() == {**auto.identity(), "encoder_precision": "fp8", "encoder_dense_layers": "0"}
     assert fp8.describe()["encoder"] == "fp8" and auto.describe()["encoder"] == "eager"
 
 
