@@ -35,7 +35,8 @@ def main() -> None:
     ap.add_argument("--models", nargs="*", default=["tiny.en", "base"])
     ap.add_argument("--rows", type=int, default=100)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="auto", help="the model's dtype: float16 on the CPU gives the GPU's default")
+    ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
+                    help="the model's dtype (default: the device's); float16 on the CPU emulates the GPU's default")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import jiwer
@@ -54,18 +55,19 @@ def main() -> None:
                 t = Transcriber(model, device=args.device, dtype=args.dtype, encoder_precision=precision, language="en",
                                 temperatures=(0.0,))  # fmt: skip
                 texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
+                dtype = t.describe()["engine"]["dtype"]  # as the engine resolved it
                 t.release()
             ids = sorted(refs)
             wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}
             same = sum(texts["auto"][i] == texts["fp8"][i] for i in ids) / len(ids)
-            table.append((model, name, wer["auto"], wer["fp8"], same, len(ids)))
+            table.append((model, name, wer["auto"], wer["fp8"], same, len(ids), dtype))
             print(f"{model:<8} {name:<14} WER default {wer['auto']:.2f} %  fp8 {wer['fp8']:.2f} %  "
                   f"(delta {wer['fp8'] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
     print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
     if not args.no_append:
-        for model, name, w_auto, w_fp8, same, n in table:
+        for model, name, w_auto, w_fp8, same, n, dtype in table:
             common.append_result({
-                "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {args.dtype}",
+                "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {dtype}",
                 "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
                 "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
                 "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
