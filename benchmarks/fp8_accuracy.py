@@ -7,7 +7,8 @@ Sets: the first --rows of LibriSpeech test-other and of train-clean-5 shard 0 (.
 On the CPU the fp8 GEMMs are emulated (the same quantisation, float32 arithmetic); on a GPU they
 are torch._scaled_mm. The model's dtype is the device's default (float32 on the CPU, float16 on a
 GPU for tiny.en and base) unless --dtype says: `--dtype float16` on the CPU compares fp8 against
-the GPU's default precision. Greedy decoding (temperature 0) so that the fallback cannot hide a change.
+the GPU's default precision. `--dense-layers 0 0,5` compares fp8 encoders that keep those layers in
+the model's dtype (the engine's own choice is model/fused_encoder.FP8_DENSE_LAYERS). Greedy decoding (temperature 0) so that the fallback cannot hide a change.
 Prints a table and appends rows to benchmarks/RESULTS.md.
 """
 
@@ -37,37 +38,49 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=["float32", "float16", "bfloat16"],
                     help="the model's dtype (default: the device's); float16 on the CPU emulates the GPU's default")
+    ap.add_argument("--dense-layers", nargs="*", default=None, metavar="I,J",
+                    help="fp8 variants to compare, each the layers kept dense (\"\" for none); default: the engine's")
+    ap.add_argument("--sets", nargs="*", choices=list(SETS), default=list(SETS))
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import jiwer
 
     import common
     from batchscribe.api import Transcriber
+    from batchscribe.engine import encoder
     from batchscribe.eval.normalize import get_normalizer
 
     norm = get_normalizer("english")
+    engine_default = encoder.FP8_DENSE_LAYERS
     table = []
     for model in args.models:
-        for name in SETS:
+        for name in args.sets:
             items, refs = rows(name, args.rows)
             texts = {}
-            for precision in ("auto", "fp8"):
-                t = Transcriber(model, device=args.device, dtype=args.dtype, encoder_precision=precision, language="en",
-                                temperatures=(0.0,))  # fmt: skip
-                texts[precision] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
+            for variant in ["auto", *(f"fp8 dense {d or '-'}" for d in args.dense_layers)] if args.dense_layers is not None \
+                    else ["auto", "fp8"]:  # fmt: skip
+                if variant.startswith("fp8 dense"):
+                    # NOTE: a benchmark-only override of the engine's choice, read when the encoder is built
+                    encoder.FP8_DENSE_LAYERS = tuple(int(i) for i in variant.removeprefix("fp8 dense").strip().split(",") if i not in ("", "-"))
+                t = Transcriber(model, device=args.device, dtype=args.dtype, language="en", temperatures=(0.0,),
+                                encoder_precision="auto" if variant == "auto" else "fp8")  # fmt: skip
+                texts[variant] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
                 dtype = t.describe()["engine"]["dtype"]  # as the engine resolved it
                 t.release()
+                encoder.FP8_DENSE_LAYERS = engine_default
             ids = sorted(refs)
             wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}
-            same = sum(texts["auto"][i] == texts["fp8"][i] for i in ids) / len(ids)
-            table.append((model, name, wer["auto"], wer["fp8"], same, len(ids), dtype))
-            print(f"{model:<8} {name:<14} WER default {wer['auto']:.2f} %  fp8 {wer['fp8']:.2f} %  "
-                  f"(delta {wer['fp8'] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
+            for variant in [v for v in texts if v != "auto"]:
+                same = sum(texts["auto"][i] == texts[variant][i] for i in ids) / len(ids)
+                table.append((model, name, wer["auto"], wer[variant], same, len(ids), dtype, variant))
+                print(f"{model:<8} {name:<14} {variant:<14} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
+                      f"(delta {wer[variant] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
     print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
     if not args.no_append:
-        for model, name, w_auto, w_fp8, same, n, dtype in table:
+        for model, name, w_auto, w_fp8, same, n, dtype, variant in table:
             common.append_result({
-                "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {dtype}",
+                "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {dtype}"
+                            + ("" if variant == "fp8" else f", {variant}"),
                 "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
                 "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
                 "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
