@@ -62,8 +62,10 @@ def _killer(out: Path, path: str, n: int, done: threading.Event, said: list[str]
         said.append("finished before a record was committed: nothing killed")
         return
     if path == "gpus":
-        lock = out / f".batchscribe-records-part00000of{n:05d}.lock"
-        pid = int(json.loads(lock.read_text())["pid"])
+        from batchscribe.output.lock import writer_lock_name
+        from batchscribe.output.resume import output_prefix
+
+        pid = int(json.loads((out / writer_lock_name(output_prefix(n, 0))).read_text())["pid"])  # child 0
     else:
         pid = _actor_pids()[0]
     os.kill(pid, signal.SIGKILL)
@@ -77,6 +79,11 @@ def _go(path: str, n: int, rows: Path, out: Path, cache: Path, address: str, kil
     if watcher:
         watcher.start()
     try:
+        wall, summary = ro._run(rows, out, cache, extra)
+    except SystemExit as exc:  # a killed run may fail: the rerun must resume it, losing nothing
+        if not kill:
+            raise
+        said.append(f"the run failed ({str(exc).strip().splitlines()[-1][:160]}); rerun")
         wall, summary = ro._run(rows, out, cache, extra)
     finally:
         done.set()
