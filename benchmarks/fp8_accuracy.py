@@ -8,7 +8,8 @@ On the CPU the fp8 GEMMs are emulated (the same quantisation, float32 arithmetic
 are torch._scaled_mm. The model's dtype is the device's default (float32 on the CPU, float16 on a
 GPU for tiny.en and base) unless --dtype says: `--dtype float16` on the CPU compares fp8 against
 the GPU's default precision. `--dense-layers 0 0,5` compares fp8 encoders that keep those layers in
-the model's dtype (the engine's own choice is model/fused_encoder.FP8_DENSE_LAYERS). Greedy decoding (temperature 0) so that the fallback cannot hide a change.
+the model's dtype (the engine's own choice is model/fused_encoder.FP8_DENSE_LAYERS). Greedy
+decoding (temperature 0) so that the fallback cannot hide a change.
 Prints a table and appends rows to benchmarks/RESULTS.md.
 """
 
@@ -57,11 +58,11 @@ def main() -> None:
         for name in args.sets:
             items, refs = rows(name, args.rows)
             texts = {}
-            for variant in ["auto", *(f"fp8 dense {d or '-'}" for d in args.dense_layers)] if args.dense_layers is not None \
-                    else ["auto", "fp8"]:  # fmt: skip
-                if variant.startswith("fp8 dense"):
-                    # NOTE: a benchmark-only override of the engine's choice, read when the encoder is built
-                    encoder.FP8_DENSE_LAYERS = tuple(int(i) for i in variant.removeprefix("fp8 dense").strip().split(",") if i not in ("", "-"))
+            dense = {"fp8": engine_default} if args.dense_layers is None else \
+                {f"fp8 dense {d or '-'}": tuple(int(i) for i in d.split(",") if i) for d in args.dense_layers}
+            for variant in ["auto", *dense]:
+                # NOTE: a benchmark-only override of the engine's choice, read when the encoder is built
+                encoder.FP8_DENSE_LAYERS = dense.get(variant, engine_default)
                 t = Transcriber(model, device=args.device, dtype=args.dtype, language="en", temperatures=(0.0,),
                                 encoder_precision="auto" if variant == "auto" else "fp8")  # fmt: skip
                 texts[variant] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}

@@ -20,7 +20,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import tempfile
 import threading
 import time
