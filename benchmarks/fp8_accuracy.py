@@ -68,7 +68,6 @@ def main() -> None:
                 texts[variant] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
                 dtype = t.describe()["engine"]["dtype"]  # as the engine resolved it
                 t.release()
-                encoder.FP8_DENSE_LAYERS = engine_default
             ids = sorted(refs)
             wer = {p: 100 * jiwer.wer([norm(refs[i]) for i in ids], [norm(texts[p][i]) for i in ids]) for p in texts}
             for variant in [v for v in texts if v != "auto"]:
@@ -76,6 +75,7 @@ def main() -> None:
                 table.append((model, name, wer["auto"], wer[variant], same, len(ids), dtype, variant))
                 print(f"{model:<8} {name:<14} {variant:<14} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
                       f"(delta {wer[variant] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
+    encoder.FP8_DENSE_LAYERS = engine_default
     print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
     if not args.no_append:
         for model, name, w_auto, w_fp8, same, n, dtype, variant in table:

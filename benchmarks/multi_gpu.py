@@ -29,6 +29,9 @@ from pathlib import Path
 import ray_overhead as ro
 from common import commit, hardware
 
+from batchscribe.output.lock import writer_lock_name
+from batchscribe.output.resume import output_prefix
+
 
 def _committed(out: Path) -> Counter[str]:
     """How many times each id was committed, over every writer's shards."""
@@ -36,10 +39,6 @@ def _committed(out: Path) -> Counter[str]:
     for p in sorted(out.glob("records*.jsonl")):
         found.update(json.loads(line)["id"] for line in p.read_text().splitlines() if line.strip())
     return found
-
-
-def _texts(out: Path) -> dict[str, str | None]:
-    return {k: v[0] for k, v in ro._records(out).items()}
 
 
 def _actor_pids() -> list[int]:
@@ -54,16 +53,14 @@ def _actor_pids() -> list[int]:
 
 
 def _killer(out: Path, path: str, n: int, done: threading.Event, said: list[str]) -> None:
-    """Once some record is committed, SIGKILL one child (its writer lock names it) or one actor."""
-    while not done.is_set() and not sum(_committed(out).values()):
+    """Once a shard is committed (a shard file appears only then), SIGKILL one child (its writer
+    lock names it) or one actor."""
+    while not done.is_set() and not any(out.glob("records*.jsonl")):
         time.sleep(0.2)
     if done.is_set():
         said.append("finished before a record was committed: nothing killed")
         return
     if path == "gpus":
-        from batchscribe.output.lock import writer_lock_name
-        from batchscribe.output.resume import output_prefix
-
         pid = int(json.loads((out / writer_lock_name(output_prefix(n, 0))).read_text())["pid"])  # child 0
     else:
         pid = _actor_pids()[0]
@@ -89,9 +86,9 @@ def _go(path: str, n: int, rows: Path, out: Path, cache: Path, address: str, kil
         if watcher:
             watcher.join()
     counts = _committed(out)
-    return {"wall": wall, "inrun": summary["wall_seconds"], "audio_s": summary["audio_hours"] * 3600,
-            "ids": len(counts), "dupes": sum(c - 1 for c in counts.values()), "said": "; ".join(said),
-            "out": out}  # fmt: skip
+    return {"path": path, "n": n, "wall": wall, "inrun": summary["wall_seconds"],
+            "audio_s": summary["audio_hours"] * 3600, "ids": len(counts), "dupes": sum(c - 1 for c in counts.values()),
+            "said": "; ".join(said), "texts": {k: v[0] for k, v in ro._records(out).items()}}  # fmt: skip
 
 
 def main() -> None:
@@ -107,7 +104,7 @@ def main() -> None:
     ro.DEVICE = args.device
     import ray
 
-    results: dict[tuple[str, int], dict] = {}
+    results: dict[str, dict] = {}  # run name -> its figures
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         rows = ro._rows(args.parquet, args.rows, folder, args.replicate)
@@ -122,8 +119,7 @@ def main() -> None:
         runs += [(p, max(args.gpus), True) for p in args.paths] if args.kill else []
         for path, n, kill in runs:
             name = f"{path}-{n}{'-killed' if kill else ''}"
-            results[(name, n)] = _go(path, n, rows, folder / name, cache, address, kill)
-            r = results[(name, n)]
+            r = results[name] = _go(path, n, rows, folder / name, cache, address, kill)
             print(f"{name}: process {r['wall']:.1f} s, in-run {r['inrun']:.1f} s, {r['ids']} ids, {r['dupes']} duplicates"
                   + (f"; {r['said']}" if r["said"] else ""), flush=True)  # fmt: skip
         _report(args, results)
@@ -131,18 +127,16 @@ def main() -> None:
             ray.shutdown()
 
 
-def _report(args: argparse.Namespace, results: dict[tuple[str, int], dict]) -> None:
+def _report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     first = next(iter(results.values()))
     audio_s, n_rows = first["audio_s"], args.rows * args.replicate
     print(f"\nhardware: {hardware()}; commit {commit()}; {n_rows} rows ({audio_s:.0f} s of audio)")
     print("| path | GPUs | process wall s | in-run wall s | RTFx (in-run) | scaling (in-run) | ids | duplicates | texts vs smallest N |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for (name, n), r in results.items():
-        path = name.split("-")[0]
-        base = results[(f"{path}-{min(args.gpus)}", min(args.gpus))]
-        base_texts, texts = _texts(base["out"]), _texts(r["out"])
-        differ = sum(texts.get(k) != v for k, v in base_texts.items())
-        print(f"| {name} | {n} | {r['wall']:.1f} | {r['inrun']:.1f} | {audio_s / r['inrun']:.0f} | "
+    for name, r in results.items():
+        base = results[f"{r['path']}-{min(args.gpus)}"]
+        differ = sum(r["texts"].get(k) != v for k, v in base["texts"].items())
+        print(f"| {name} | {r['n']} | {r['wall']:.1f} | {r['inrun']:.1f} | {audio_s / r['inrun']:.0f} | "
               f"{base['inrun'] / r['inrun']:.2f}x | {r['ids']} of {n_rows} | {r['dupes']} | {differ} differ |")
 
 
