@@ -83,12 +83,14 @@ def plan_children(devices: Sequence[str], num_shards: int = 1, shard_index: int 
 
 
 def child_workers(workers: int | None, n_children: int, on_cuda: bool, cpus: int | None = None) -> int | None:
-    """Decode workers per child: the user's value as given; on GPUs, the default (three quarters
-    of the cores, at most 12, as threads) shared between the children instead of multiplied."""
+    """Decode workers per child: the user's value as given; on GPUs, three quarters of the cores
+    shared between the children, and at most 12 a child. The cap of 12 is per process (more threads
+    take the GIL from the thread that launches GPU work); each child has its own GIL, so a big host
+    gives every child 12 rather than 12 in all (12 in all left two H200s waiting on FLAC decoding)."""
     if workers is not None or not on_cuda:
         return workers
     cores = cpus or os.cpu_count() or 1
-    return max(1, min(12, cores * 3 // 4) // n_children)
+    return max(1, min(12, cores * 3 // 4 // n_children))
 
 
 def child_options(opts: RunOptions, child: ChildPlan, n_children: int) -> RunOptions:

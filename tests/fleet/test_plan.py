@@ -60,7 +60,10 @@ def test_child_options_set_device_part_and_leave_overwrite_to_the_parent() -> No
 
 
 def test_decode_workers_are_shared_between_gpu_children() -> None:
-    assert child_workers(None, 4, on_cuda=True, cpus=32) == 3  # 12 threads shared by 4
+    assert child_workers(None, 4, on_cuda=True, cpus=32) == 6  # 24 threads shared by 4
+    assert child_workers(None, 2, on_cuda=True, cpus=32) == 12  # each child's own cap, not 12 in all
+    assert child_workers(None, 8, on_cuda=True, cpus=128) == 12
+    assert child_workers(None, 2, on_cuda=True, cpus=16) == 6
     assert child_workers(None, 8, on_cuda=True, cpus=4) == 1
     assert child_workers(5, 4, on_cuda=True) == 5  # the user's value as given
     assert child_workers(None, 2, on_cuda=False) is None  # the CPU default of each run
