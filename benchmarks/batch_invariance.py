@@ -7,8 +7,9 @@ Each of the first --rows of LibriSpeech test-other is transcribed --copies times
 copies shuffled among the other rows (a fixed seed), so every copy meets another batch: other
 admission groups for the encoder, other row buckets and neighbours for the decoder. A batch-invariant
 engine gives every copy of a row the same tokens and the same avg_logprob, bit for bit. For each
-configuration (`ATTENTION[,nographs][,enc1][,slots=N]`: an --attention value, CUDA graphs off,
-every window encoded alone instead of in admission chunks of 1-64, a slot count), the share of rows whose copies agree on the text, on the tokens and exactly on every
+configuration (`ATTENTION[,nographs][,enc1][,onebucket][,slots=N]`: an --attention value, CUDA
+graphs off, every window encoded alone instead of in admission chunks of 1-64, every decode step
+padded to all the slots instead of the smallest row bucket, a slot count), the share of rows whose copies agree on the text, on the tokens and exactly on every
 segment's avg_logprob, and the largest avg_logprob spread within a row. Greedy decoding
 (temperature 0), so a fallback cannot hide a difference. A diagnostic: prints, appends nothing.
 """
@@ -60,16 +61,18 @@ def main() -> None:
     import common
     from batchscribe.api import Transcriber
     from batchscribe.engine import encoder
+    from batchscribe.engine import engine as engine_module
 
     items, _ = rows("test-other", args.rows)
     work = [(f"{i}~{k}", audio) for i, audio in items for k in range(args.copies)]
     random.Random(0).shuffle(work)
     print(f"{args.model}, {len(items)} rows x {args.copies} copies, {common.hardware()}, commit {common.commit()}")
     print(f"{'config':<36} {'text':>6} {'tokens':>7} {'logprob':>8} {'max spread':>11}  (% rows whose copies agree)")
-    chunks = encoder.ENCODER_CHUNKS
+    chunks, buckets = encoder.ENCODER_CHUNKS, engine_module.default_buckets
     for spec in args.configs:
         # NOTE: a diagnostic-only override, read when the engine is built and at each admission
         encoder.ENCODER_CHUNKS = (1,) if "enc1" in spec.split(",") else chunks
+        engine_module.default_buckets = (lambda n: [n]) if "onebucket" in spec.split(",") else buckets
         t = Transcriber(args.model, device=args.device, language="en", temperatures=(0.0,), **_config(spec))
         got = _agreement(t.transcribe(work, sample_rate=16000))
         engine = t.describe()["engine"]
