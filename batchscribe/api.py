@@ -102,7 +102,7 @@ class Transcriber:
     """Loads a Whisper model once and transcribes files, bytes, arrays or streams of (id, audio) items.
 
     Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
-    cuda_graphs, attention, cross_kv and encoder_precision; decoding options as `decode=DecodeOptions(...)` or as
+    cuda_graphs, attention, cross_kv, encoder_precision and batch_invariant; decoding options as `decode=DecodeOptions(...)` or as
     DecodeOptions' field names. Each set of decoding options gets its own engine (slots, caches,
     graphs), built on first use.
     """
@@ -118,6 +118,7 @@ class Transcriber:
         attention: str = "auto",
         cross_kv: str = "auto",
         encoder_precision: str = "auto",
+        batch_invariant: bool = False,
         decode: DecodeOptions | None = None,
         engine: EngineOptions | None = None,
         **decode_options: Any,
@@ -131,7 +132,8 @@ class Transcriber:
         self.options = decode or DecodeOptions(**decode_options)
         self.engine_options = _engine_options(engine, device=device, dtype=dtype, batch_size=batch_size,
                                               cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv,
-                                              encoder_precision=encoder_precision)  # fmt: skip
+                                              encoder_precision=encoder_precision,
+                                              batch_invariant=batch_invariant)  # fmt: skip
         cache = Path(cache_dir) if cache_dir else default_cache_dir()
         folder = resolve_model(model, cache_dir=cache)
         config = _read_json(folder / "config.json")

@@ -84,9 +84,9 @@ def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, con
     from batchscribe.api import Transcriber
     from batchscribe.run import run
 
-    attention, cross_kv = config.split(":")
+    attention, cross_kv, *flags = config.split(":")
     transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=opts.decode,
-                              attention=attention, cross_kv=cross_kv)  # fmt: skip
+                              attention=attention, cross_kv=cross_kv, batch_invariant="invariant" in flags)  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))], sample_rate=16000)  # builds the engine and its graphs
     if arena and (decode_mode or "threads") == "threads":
         transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked), a start-up cost
@@ -212,7 +212,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="decode in threads or processes (default: batchscribe's, threads on a GPU)")
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
-                    help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8")
+                    help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8; "
+                         "a third part `invariant` runs --batch-invariant (auto:auto:invariant)")
     ap.add_argument("--in-flight-per-worker", type=int, default=None,
                     help="items handed to each decode worker ahead of their results (diagnosis)")
     ap.add_argument("--thread-chunk", type=int, default=None,

@@ -35,6 +35,11 @@ CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention
 EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
+BatchInvariant = Annotated[bool, typer.Option(
+    "--batch-invariant", help="Records that do not depend on which items run together: bit for bit the same "
+    "from one GPU or many, --ray or --gpus, a resumed run or a fresh one (on one kind of device, with the same "
+    "--batch-size). Every window is encoded alone and every decode step runs over all the slots, at some cost in "
+    "throughput.")]
 Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. en, de, german); auto or unset: "
                                               "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]

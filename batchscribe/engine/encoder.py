@@ -3,10 +3,14 @@ windows, written once into their slots.
 
 Admission groups are encoded in chunks whose sizes are ENCODER_CHUNKS (the binary decomposition of
 the group): a group of any size then reuses a handful of shapes, so cuFFT plans and cuDNN graphs are
-built once, and on CUDA each size is one captured graph (graphs.EncoderGraphs).
+built once, and on CUDA each size is one captured graph (graphs.EncoderGraphs). A batch-invariant
+engine encodes every window alone (chunks of 1): a window's encoding then never depends on the
+windows admitted with it (the conv stem's and the GEMMs' kernels change with the chunk size).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
@@ -19,10 +23,10 @@ from batchscribe.model.whisper import Whisper
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
 
 
-def encoder_chunks(n: int) -> list[slice]:
-    """[0, n) cut into consecutive slices whose sizes are ENCODER_CHUNKS, largest first."""
+def encoder_chunks(n: int, sizes: Sequence[int] = ENCODER_CHUNKS) -> list[slice]:
+    """[0, n) cut into consecutive slices whose sizes are `sizes` (descending, ending in 1), largest first."""
     parts, start = [], 0
-    for size in ENCODER_CHUNKS:
+    for size in sizes:
         while n - start >= size:
             parts.append(slice(start, start + size))
             start += size
@@ -34,9 +38,9 @@ class WindowEncoder:
     CPU, captured once per chunk size on CUDA."""
 
     def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int, mode: str = "eager",
-                 attention: str = "sdpa"):  # fmt: skip
+                 attention: str = "sdpa", invariant: bool = False):  # fmt: skip
         """mode: EngineConfig.encoder ("eager", "fused" or "fp8"); attention: the fused encoder's
-        attention kernel (AttentionPlan.encoder_kernel: "sdpa" or "fa3")."""
+        attention kernel (AttentionPlan.encoder_kernel: "sdpa" or "fa3"); invariant: chunks of 1."""
         self.model, self.cache = model, cache
         self.dtype = next(model.parameters()).dtype
         self.device = cache.self_k[0].device
@@ -52,7 +56,8 @@ class WindowEncoder:
         self.encode = model.encoder if mode == "eager" else FusedEncoder(
             model.encoder, fp8=mode == "fp8", dense_layers=FP8_DENSE_LAYERS, attention=self.attention)
         self.features = LogMel(model.dims.n_mels, device=self.device)
-        self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]  # what an admission can use
+        # What an admission can use, largest first
+        self.chunk_sizes = [1] if invariant else [g for g in ENCODER_CHUNKS if g <= max_chunk]
 
     @torch.no_grad()
     def __call__(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:

@@ -56,12 +56,14 @@ class Engine:
         self.timings: defaultdict[str, float] = defaultdict(float)  # host seconds of admission parts
         self.staging = Stager(n_slots, self.n_ctx, device, self.timings)
         self.snapshots = SnapshotQueue(self.slots)
-        self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder, plan.encoder_kernel)
+        self.encoder = WindowEncoder(model, self.cache, n_slots, config.encoder, plan.encoder_kernel,
+                                     config.batch_invariant)  # fmt: skip
         self.rules = StepRules(spec, device, config.fused_greedy)
         # Word timestamps: the alignment pass reads the finished windows' cross K/V in their slots.
         self.aligner = None if alignment_heads is None else Aligner(
             model, self.cache, alignment_heads, spec.rules.eot, spec.rules.no_timestamps,
-            max_batch=min(n_slots, 16), graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
+            max_batch=1 if config.batch_invariant and device.type != "cuda" else min(n_slots, 16),
+            graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.
         self.steps_per_look = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
@@ -90,7 +92,8 @@ class Engine:
         log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
                  self.n_slots, step * 1e3, self.steps_per_look)  # fmt: skip
         self.look = self._look(self.steps_per_look)
-        self.graphs = StepGraphs(self.look, default_buckets(self.n_slots), self.kv_buckets or [self.n_ctx], self.device)
+        buckets = [self.n_slots] if self.config.batch_invariant else default_buckets(self.n_slots)
+        self.graphs = StepGraphs(self.look, buckets, self.kv_buckets or [self.n_ctx], self.device)
         self.graphs.capture(sample=False)
         self.encoder_graphs = EncoderGraphs(self.encoder, self.encoder.chunk_sizes, self.device)
         self.encoder_graphs.capture()
@@ -113,13 +116,17 @@ class Engine:
         staged = self.staging.stage(requests, slots)
         t1 = time.perf_counter()
         encode = self.encoder_graphs.replay if self.encoder_graphs is not None else self.encoder
-        for part in encoder_chunks(len(requests)):
+        for part in encoder_chunks(len(requests), self.encoder.chunk_sizes):
             encode(staged.audio[part], staged.slot_ids[part])
         t2 = time.perf_counter()
         self.slots.state.set_up(staged.slot_ids, staged.prompts, staged.begin, staged.floats, staged.noise_key,
                                 staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip
         prompted = [i for i, r in enumerate(requests) if r.sot_index > 0]  # host-known: no device read
-        if prompted:
+        if prompted and self.config.batch_invariant:  # each prompt alone, at its own length
+            for i in prompted:
+                prefill_prompts(self.model, self.cache, staged.prompts[i : i + 1, : requests[i].sot_index],
+                                staged.slot_ids[i : i + 1])  # fmt: skip
+        elif prompted:
             rows = to_device_async(torch.tensor(prompted), self.device)  # no stream sync: looks stay queued
             length = max(requests[i].sot_index for i in prompted)
             prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
@@ -152,8 +159,11 @@ class Engine:
             if extra:  # a capture's warm-up stepped every occupied row for real
                 self.slots.stepped(self.n_slots, extra)
         else:
+            # Batch-invariant: every step over all the slots, as its one captured bucket does (rows
+            # past n_rows are free: their results are never read).
+            width = self.n_slots if self.config.batch_invariant else n_rows
             for _ in range(steps):
-                self.look.step(n_rows, kv_len, sample)
+                self.look.step(width, kv_len, sample)
         self.slots.stepped(n_rows, steps)
         self.snapshots.queue(self.slots.rows_in_use(), self.slots.generation, packed)
 

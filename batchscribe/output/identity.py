@@ -50,6 +50,7 @@ FLAGS = {
     "source_options.text_column": "--text-column", "source_options.prompt_column": "--prompt-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
     "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
+    "engine.batch_invariant": "--batch-invariant",
     "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
 }  # fmt: skip
 

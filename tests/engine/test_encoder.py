@@ -15,6 +15,7 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
         assert [i for p in parts for i in range(p.start, p.stop)] == list(range(n))
         assert all(p.stop - p.start in ENCODER_CHUNKS for p in parts)
     assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
+    assert encoder_chunks(3, (1,)) == [slice(0, 1), slice(1, 2), slice(2, 3)]  # batch-invariant: each alone
 
 
 def test_the_fp8_encoder_keeps_its_first_layer_in_the_models_dtype(tiny_en_dir, utterances) -> None:

@@ -1,16 +1,20 @@
-"""The engine (engine/engine.py) as an object: freed by reference counting alone, and out of GPU
-memory it halves its slots until they fit."""
+"""The engine (engine/engine.py) as an object: freed by reference counting alone, out of GPU
+memory it halves its slots until they fit, and batch-invariant when asked: a row's record does not
+depend on the rows decoded beside it."""
 
 from __future__ import annotations
 
 import gc
+import random
 import weakref
+from collections import defaultdict
 
 import numpy as np
 import pytest
 import torch
 
-from tests.engine.helpers import tokens
+from batchscribe.api import Transcriber
+from tests.engine.helpers import GREEDY, tokens
 from tests.marks import needs_cuda
 
 
@@ -70,3 +74,43 @@ def test_real_out_of_memory_shrinks_slots(tiny_en_dir, utterances) -> None:
         del ballast
         torch.cuda.empty_cache()
     assert got == expected
+
+
+def _copies_differ(model_dir, utterances, device: str, rows: int, **options) -> list[str]:
+    """Each of `rows` utterances transcribed three times in one run, its copies shuffled among the
+    others (so each copy meets other admission groups, step widths and neighbours; one in three
+    with an initial prompt, so prompt prefills mix too): the rows whose copies' records differ
+    anywhere but in their ids."""
+    work = [(f"{u}~{k}", audio, "Mister Quilter.") if i % 3 == 0 else (f"{u}~{k}", audio)
+            for i, (u, audio) in enumerate(utterances[:rows]) for k in range(3)]  # fmt: skip
+    random.Random(0).shuffle(work)
+    t = Transcriber(str(model_dir), device=device, **GREEDY, **options)
+    by_row: defaultdict[str, list[str]] = defaultdict(list)
+    for record in t.transcribe_stream(work):
+        row = record.pop("id").rsplit("~", 1)[0]
+        by_row[row].append(repr(record))
+    assert len(by_row) == rows and all(len(c) == 3 for c in by_row.values())
+    return sorted(row for row, copies in by_row.items() if len(set(copies)) > 1)
+
+
+@pytest.mark.parametrize("words", [False, True])
+def test_batch_invariant_records_do_not_depend_on_the_batch(tiny_en_dir, utterances, words) -> None:
+    """--batch-invariant on the CPU: every copy's record equal bit for bit (avg_logprob and
+    no_speech_prob included; with word timestamps, every word's times and probability). Without it
+    most rows' avg_logprob differ in the last digits (the GEMMs' kernels change with the step's
+    row count and SDPA's sums with the attended length)."""
+    assert _copies_differ(tiny_en_dir, utterances, "cpu", 6, batch_invariant=True, word_timestamps=words) == []
+
+
+def test_the_default_engine_is_not_batch_invariant(tiny_en_dir, utterances) -> None:
+    """What the option is for: the same harness finds rows whose copies differ without it (if this
+    ever fails, the engine became batch-invariant by default and the option's cost can go)."""
+    assert _copies_differ(tiny_en_dir, utterances, "cpu", 6) != []
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_batch_invariant_records_on_cuda_do_not_depend_on_the_batch(tiny_en_dir, utterances) -> None:
+    """The same on the GPU with its captured graphs: windows encoded alone, every step at all the slots."""
+    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=True) == []
+    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=True, word_timestamps=True) == []

@@ -49,3 +49,13 @@ def test_an_eager_encoder_refuses_the_fa3_encoder_kernel() -> None:
     assert (auto.encoder, auto.attention.encoder_kernel) == ("eager", "sdpa")
     with pytest.raises(ConfigError, match="the fa3 encoder kernel runs in the fused encoder"):
         resolve_engine(EngineOptions(device="cpu", attention="sdpa/sdpa/fa3"), TINY)
+
+
+def test_batch_invariant_enters_the_identity_and_fixes_sdpas_length() -> None:
+    """Its records differ from the default's in the last digits, so it is part of the identity (and
+    absent by default, so older folders resume); SDPA then always attends over the whole context."""
+    auto = resolve_engine(EngineOptions(device="cpu"), TINY)
+    invariant = resolve_engine(EngineOptions(device="cpu", batch_invariant=True), TINY)
+    assert "batch_invariant" not in auto.identity()
+    assert invariant.identity() == {**auto.identity(), "batch_invariant": True}
+    assert (auto.kv_buckets, invariant.kv_buckets) == ((), (TINY.n_text_ctx,))
