@@ -10,6 +10,8 @@ path on the smallest N, and the records: exactly one per id (every committed sha
 duplicate shows), and texts against the smallest N's run of the same path. --kill adds one run of
 each path at the largest N with a child (SIGKILL to the pid in its writer lock) or a Ray actor
 (SIGKILL to a MapWorker process) killed once records are committed: then, exactly one record per id.
+Records (tokens and timestamps) are also compared with the first run's, across paths: with
+--run-flags --batch-invariant every run should equal it.
 --paths ray --device cpu runs the Ray half on the CPU (to try this program without GPUs).
 """
 
@@ -88,7 +90,7 @@ def _go(path: str, n: int, rows: Path, out: Path, cache: Path, address: str, kil
     counts = _committed(out)
     return {"path": path, "n": n, "wall": wall, "inrun": summary["wall_seconds"],
             "audio_s": summary["audio_hours"] * 3600, "ids": len(counts), "dupes": sum(c - 1 for c in counts.values()),
-            "said": "; ".join(said), "texts": {k: v[0] for k, v in ro._records(out).items()}}  # fmt: skip
+            "said": "; ".join(said), "records": ro._records(out)}  # fmt: skip
 
 
 def main() -> None:
@@ -100,8 +102,10 @@ def main() -> None:
     ap.add_argument("--paths", nargs="+", choices=["gpus", "ray"], default=["gpus", "ray"])
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--kill", action="store_true", help="one more run of each path at the largest N, killed once")
+    ap.add_argument("--run-flags", default="", help="flags for every run, e.g. \"--batch-invariant\"")
     args = ap.parse_args()
     ro.DEVICE = args.device
+    ro.RUN_FLAGS[:] = args.run_flags.split()
     import ray
 
     results: dict[str, dict] = {}  # run name -> its figures
@@ -131,13 +135,18 @@ def _report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     first = next(iter(results.values()))
     audio_s, n_rows = first["audio_s"], args.rows * args.replicate
     print(f"\nhardware: {hardware()}; commit {commit()}; {n_rows} rows ({audio_s:.0f} s of audio)")
-    print("| path | GPUs | process wall s | in-run wall s | RTFx (in-run) | scaling (in-run) | ids | duplicates | texts vs smallest N |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    if args.run_flags:
+        print(f"every run with {args.run_flags}")
+    print("| path | GPUs | process wall s | in-run wall s | RTFx (in-run) | scaling (in-run) | ids | duplicates "
+          "| texts vs smallest N | records (tokens, times) vs the first run |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         base = results[f"{r['path']}-{min(args.gpus)}"]
-        differ = sum(r["texts"].get(k) != v for k, v in base["texts"].items())
+        texts = sum(r["records"].get(k, (None,))[0] != v[0] for k, v in base["records"].items())
+        records = sum(r["records"].get(k) != v for k, v in first["records"].items())
         print(f"| {name} | {r['n']} | {r['wall']:.1f} | {r['inrun']:.1f} | {audio_s / r['inrun']:.0f} | "
-              f"{base['inrun'] / r['inrun']:.2f}x | {r['ids']} of {n_rows} | {r['dupes']} | {differ} differ |")
+              f"{base['inrun'] / r['inrun']:.2f}x | {r['ids']} of {n_rows} | {r['dupes']} | {texts} differ | "
+              f"{records} differ |")
 
 
 if __name__ == "__main__":

@@ -50,11 +50,12 @@ def _rows(src: Path, n: int, folder: Path, replicate: int = 1) -> Path:
 
 
 DEVICE = "cpu"  # --device; the runs' --device
+RUN_FLAGS: list[str] = []  # --run-flags: given to every run (e.g. --batch-invariant)
 
 
 def _cmd(rows: Path, out: Path, cache: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "batchscribe", "run", str(rows), "-o", str(out), "--cache-dir", str(cache),
-            "--device", DEVICE, "--no-progress", "--no-report", *extra]  # fmt: skip
+            "--device", DEVICE, "--no-progress", "--no-report", *RUN_FLAGS, *extra]  # fmt: skip
 
 
 def _run(rows: Path, out: Path, cache: Path, extra: list[str]) -> tuple[float, dict]:
@@ -103,9 +104,11 @@ def main() -> None:
                     help="cuda: plain, --gpus 1 and one GPU actor on Ray (the lent H200)")
     ap.add_argument("--replicate", type=int, default=1, help="copies of the rows, ids made unique")
     ap.add_argument("--no-shards", action="store_true", help="CPU: leave out the --num-shards 2 run")
+    ap.add_argument("--run-flags", default="", help="flags for every run, e.g. \"--batch-invariant\"")
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device
+    RUN_FLAGS[:] = args.run_flags.split()
     import ray
 
     gpu = args.device == "cuda"
@@ -159,7 +162,8 @@ def _print(args: argparse.Namespace, results: dict, cluster_s: float, same: str)
     best = {name: (min(w for w, _ in runs), min(s["wall_seconds"] for _, s in runs)) for name, runs in results.items()}
     audio_s = results["plain"][0][1]["audio_hours"] * 3600
     print(f"hardware: {hardware()}; commit {commit()}; {args.rows} rows x{args.replicate}, {audio_s:.0f} s of "
-          f"audio; best of {args.repeat}; Ray cluster start-up {cluster_s:.1f} s (once, not charged)")
+          f"audio; best of {args.repeat}; Ray cluster start-up {cluster_s:.1f} s (once, not charged)"
+          + (f"; every run with {args.run_flags}" if args.run_flags else ""))
     print("| run | process wall s | in-run wall s | RTFx (in-run) |\n|---|---|---|---|")
     for name, (wall, inrun) in best.items():
         print(f"| {name} | {wall:.1f} | {inrun:.1f} | {audio_s / inrun:.1f} |")
