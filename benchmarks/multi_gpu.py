@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--paths", nargs="+", choices=["gpus", "ray"], default=["gpus", "ray"])
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--kill", action="store_true", help="one more run of each path at the largest N, killed once")
-    ap.add_argument("--run-flags", default="", help="flags for every run, e.g. \"--batch-invariant\"")
+    ap.add_argument("--run-flags", default="", help="flags for every run, given with =: --run-flags=--batch-invariant")
     args = ap.parse_args()
     ro.DEVICE = args.device
     ro.RUN_FLAGS[:] = args.run_flags.split()

@@ -104,7 +104,7 @@ def main() -> None:
                     help="cuda: plain, --gpus 1 and one GPU actor on Ray (the lent H200)")
     ap.add_argument("--replicate", type=int, default=1, help="copies of the rows, ids made unique")
     ap.add_argument("--no-shards", action="store_true", help="CPU: leave out the --num-shards 2 run")
-    ap.add_argument("--run-flags", default="", help="flags for every run, e.g. \"--batch-invariant\"")
+    ap.add_argument("--run-flags", default="", help="flags for every run, given with =: --run-flags=--batch-invariant")
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device

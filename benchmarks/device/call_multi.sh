@@ -4,7 +4,7 @@
 # on test-other's 100 rows x REPLICATE (default 100: 10,000 rows, >= 5,000 a GPU on two), with a killed
 # child and a killed actor. NVLink multicast stays off (the machine's NCCL_NVLS_ENABLE=0 etc.; nothing
 # here uses NCCL). Arguments go to multi_gpu.py.
-#   bash benchmarks/device/call_multi.sh COMMIT --gpus 1 2 --kill
+#   bash benchmarks/device/call_multi.sh COMMIT --gpus 1 2 --kill [--run-flags=--batch-invariant]
 set -u
 source benchmarks/device/env.sh
 commit=$1; shift
