@@ -102,9 +102,9 @@ class Transcriber:
     """Loads a Whisper model once and transcribes files, bytes, arrays or streams of (id, audio) items.
 
     Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
-    cuda_graphs, attention, cross_kv, encoder_precision and batch_invariant; decoding options as `decode=DecodeOptions(...)` or as
-    DecodeOptions' field names. Each set of decoding options gets its own engine (slots, caches,
-    graphs), built on first use.
+    cuda_graphs, attention, cross_kv, encoder_precision and batch_invariant; decoding options as
+    `decode=DecodeOptions(...)` or as DecodeOptions' field names. Each set of decoding options gets
+    its own engine (slots, caches, graphs), built on first use.
     """
 
     def __init__(
@@ -157,7 +157,9 @@ class Transcriber:
                                     self.config.attention.describe(self.config.dtype))  # fmt: skip
         self._schedulers: dict[DecodeOptions, Scheduler] = {}
         self._speech_detector: SpeechDetector | None = None
-        self.vad_batching = VadBatching()  # --vad: items scored at once (tests and benchmarks vary it)
+        # --vad: items scored at once (tests and benchmarks vary it); batch-invariant: each alone,
+        # since the detector's batched frames are GEMMs whose kernels change with the batch too
+        self.vad_batching = VadBatching(max_items=1) if self.config.batch_invariant else VadBatching()
         if self.options.vad:
             self.speech_detector()  # loaded with the model: inside run()'s deferred stops, as the weights are
 

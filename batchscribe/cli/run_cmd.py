@@ -11,11 +11,11 @@ import typer
 from batchscribe.audio.sources import SourceOptions
 from batchscribe.cli.app import _Bar, _die, _handled, _prepare_report, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
-    Attention, AudioColumnOpt, BatchInvariant, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt, CudaGraphs, Demo,
-    Device, DTypeOpt, EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt, Inputs, Language,
-    Limit, MaxErrors, Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough, PromptColumnOpt, Ray,
-    RayWorkers, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt, Temperature,
-    TextColumnOpt, Vad, WordTimestamps, Workers,
+    Attention, AudioColumnOpt, BatchInvariant, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt,
+    CudaGraphs, Demo, Device, DTypeOpt, EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt,
+    Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough,
+    PromptColumnOpt, Ray, RayWorkers, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
+    Temperature, TextColumnOpt, Vad, WordTimestamps, Workers,
 )
 from batchscribe.cli_text import DEFAULT_TEMPERATURES, RUN_EXAMPLES, demo_manifest, parse_temperatures, split_columns
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
