@@ -57,6 +57,9 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
         Transcriber(str(tiny_en_dir), device="cpu", engine=EngineOptions(device="cpu"))
     with pytest.raises(ConfigError, match="not a device"):
         Transcriber(str(tiny_en_dir), device="gpu0")
+    invariant = Transcriber(str(tiny_en_dir), device="cpu", batch_invariant=True)
+    assert invariant.describe()["identity"] == {**described["identity"], "batch_invariant": True}
+    assert (invariant.vad_batching.max_items, t.vad_batching.max_items) == (1, 64)  # --vad scores each item alone
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"
