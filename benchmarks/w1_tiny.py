@@ -76,15 +76,25 @@ class _WithPolicy:
         return self.transcriber.transcribe_stream(items, policy=self.policy)  # --vad's stage included
 
 
+_ORIGINAL: dict = {}  # the engine's own chunk sizes and bucket rule, before any override
+
+
 def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, config: str, arena: bool,
             opts, decode_mode: str | None):  # fmt: skip
     """A transcriber whose engine, graphs, arena and `run` path have all run once."""
     import numpy as np
 
     from batchscribe.api import Transcriber
+    from batchscribe.engine import encoder, engine
     from batchscribe.run import run
 
+    _ORIGINAL.setdefault("chunks", encoder.ENCODER_CHUNKS)
+    _ORIGINAL.setdefault("buckets", engine.default_buckets)
     attention, cross_kv, *flags = config.split(":")
+    # NOTE: diagnostic-only overrides (read when the engine is built and at each admission), to
+    # split --batch-invariant's cost: `enc1` encodes every window alone, `onebucket` steps at all the slots.
+    encoder.ENCODER_CHUNKS = (1,) if "enc1" in flags else _ORIGINAL["chunks"]
+    engine.default_buckets = (lambda n: [n]) if "onebucket" in flags else _ORIGINAL["buckets"]
     transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=opts.decode,
                               attention=attention, cross_kv=cross_kv, batch_invariant="invariant" in flags)  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))], sample_rate=16000)  # builds the engine and its graphs
@@ -213,7 +223,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8; "
-                         "a third part `invariant` runs --batch-invariant (auto:auto:invariant)")
+                         "further parts: `invariant` runs --batch-invariant (auto:auto:invariant); `enc1` and "
+                         "`onebucket` its two halves alone (diagnostics)")
     ap.add_argument("--in-flight-per-worker", type=int, default=None,
                     help="items handed to each decode worker ahead of their results (diagnosis)")
     ap.add_argument("--thread-chunk", type=int, default=None,
