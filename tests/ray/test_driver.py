@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ from batchscribe.ray.driver import (
     CPU_ACTOR_CPUS,
     GPU_ACTOR_CPUS,
     GPU_SLOTS,
+    RayPlan,
     _actor_pool,
+    _connect,
     calls_per_actor,
     decode_tasks,
     rows_per_call,
@@ -58,3 +61,35 @@ def test_a_ray_without_concurrent_calls_gets_one_at_a_time() -> None:
 
     pool: Any = _actor_pool(OldRay, 2)
     assert pool.size == 2
+
+
+@pytest.mark.parametrize(("address", "env", "expected"), [(None, None, "0"), (None, "1", "1"), ("auto", None, None)])
+def test_a_local_cluster_reports_no_usage_stats_unless_asked(monkeypatch, address, env, expected) -> None:
+    """The cluster --ray starts for one run sends Ray's usage stats nowhere by default; a user's
+    RAY_USAGE_STATS_ENABLED wins, and joining a cluster (--ray ADDRESS) leaves the setting to it.
+    A stand-in for ray: only what _connect calls, recording the environment ray.init would see."""
+    seen: dict[str, Any] = {}
+
+    class FakeRay:
+        class data:
+            class DataContext:
+                enable_progress_bars = True
+
+                @classmethod
+                def get_current(cls) -> Any:
+                    return cls
+
+        @staticmethod
+        def is_initialized() -> bool:
+            return False
+
+        @staticmethod
+        def init(address: str | None = None, **kwargs: Any) -> None:
+            seen["env"] = os.environ.get("RAY_USAGE_STATS_ENABLED")
+
+    if env is None:
+        monkeypatch.delenv("RAY_USAGE_STATS_ENABLED", raising=False)
+    else:
+        monkeypatch.setenv("RAY_USAGE_STATS_ENABLED", env)
+    assert _connect(FakeRay, RayPlan(address, 1)) is True
+    assert seen["env"] == expected
