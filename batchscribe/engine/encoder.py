@@ -3,9 +3,13 @@ windows, written once into their slots.
 
 Admission groups are encoded in chunks whose sizes are ENCODER_CHUNKS (the binary decomposition of
 the group): a group of any size then reuses a handful of shapes, so cuFFT plans and cuDNN graphs are
-built once, and on CUDA each size is one captured graph (graphs.EncoderGraphs). A batch-invariant
-engine encodes every window alone (chunks of 1): a window's encoding then never depends on the
-windows admitted with it (the conv stem's and the GEMMs' kernels change with the chunk size).
+built once, and on CUDA each size is one captured graph (graphs.EncoderGraphs).
+
+A batch-invariant engine uses one chunk size, so a window's encoding never depends on the windows
+admitted with it (the conv stem's and the GEMMs' kernels change with the chunk size): on CUDA chunks
+of INVARIANT_CHUNK, the last one of a group filled with copies of its last window (written to that
+window's slot again, the same values), on the CPU chunks of 1 (where padding would cost more than
+small chunks do).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from batchscribe.model.fused_encoder import FP8_DENSE_LAYERS, FusedEncoder
 from batchscribe.model.whisper import Whisper
 
 ENCODER_CHUNKS = (64, 32, 16, 8, 4, 2, 1)
+INVARIANT_CHUNK = 8  # a batch-invariant engine's one chunk size on CUDA
 
 
 def encoder_chunks(n: int, sizes: Sequence[int] = ENCODER_CHUNKS) -> list[slice]:
@@ -31,6 +36,11 @@ def encoder_chunks(n: int, sizes: Sequence[int] = ENCODER_CHUNKS) -> list[slice]
             parts.append(slice(start, start + size))
             start += size
     return parts
+
+
+def padded_chunks(n: int, size: int) -> list[tuple[slice, int]]:
+    """[0, n) cut into slices of `size` windows, the last one with the padding that fills it."""
+    return [(slice(s, min(s + size, n)), max(0, s + size - n)) for s in range(0, n, size)]
 
 
 class WindowEncoder:
@@ -56,8 +66,19 @@ class WindowEncoder:
         self.encode = model.encoder if mode == "eager" else FusedEncoder(
             model.encoder, fp8=mode == "fp8", dense_layers=FP8_DENSE_LAYERS, attention=self.attention)
         self.features = LogMel(model.dims.n_mels, device=self.device)
-        # What an admission can use, largest first
-        self.chunk_sizes = [1] if invariant else [g for g in ENCODER_CHUNKS if g <= max_chunk]
+        # What an admission can use, largest first; `padded`: one size, the last chunk filled up
+        self.padded = invariant and self.device.type == "cuda"
+        if invariant:
+            self.chunk_sizes = [min(INVARIANT_CHUNK, max_chunk) if self.padded else 1]
+        else:
+            self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]
+
+    def chunks(self, n: int) -> list[tuple[slice, int]]:
+        """A group of n windows as (slice, padding) chunks: padding copies of the slice's last
+        window fill it to the one chunk size (batch-invariant on CUDA), else 0."""
+        if not self.padded:
+            return [(part, 0) for part in encoder_chunks(n, self.chunk_sizes)]
+        return padded_chunks(n, self.chunk_sizes[0])
 
     @torch.no_grad()
     def __call__(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:

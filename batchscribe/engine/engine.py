@@ -19,7 +19,7 @@ import torch
 
 from batchscribe.attention.registry import build_backend
 from batchscribe.engine.alignment import Aligner, AlignWindow, PendingAlignment
-from batchscribe.engine.encoder import WindowEncoder, encoder_chunks
+from batchscribe.engine.encoder import WindowEncoder
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena, to_device_async
 from batchscribe.engine.prefill import prefill_prompts
@@ -116,8 +116,12 @@ class Engine:
         staged = self.staging.stage(requests, slots)
         t1 = time.perf_counter()
         encode = self.encoder_graphs.replay if self.encoder_graphs is not None else self.encoder
-        for part in encoder_chunks(len(requests), self.encoder.chunk_sizes):
-            encode(staged.audio[part], staged.slot_ids[part])
+        for part, pad in self.encoder.chunks(len(requests)):
+            audio, slot_ids = staged.audio[part], staged.slot_ids[part]  # [g, N_SAMPLES], [g]
+            if pad:  # batch-invariant: the one chunk size, filled with the last window (same slot, same K/V)
+                audio = torch.cat([audio, audio[-1:].expand(pad, -1)])
+                slot_ids = torch.cat([slot_ids, slot_ids[-1:].expand(pad)])
+            encode(audio, slot_ids)
         t2 = time.perf_counter()
         self.slots.state.set_up(staged.slot_ids, staged.prompts, staged.begin, staged.floats, staged.noise_key,
                                 staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip

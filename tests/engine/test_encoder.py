@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from batchscribe.engine.encoder import ENCODER_CHUNKS, encoder_chunks
+from batchscribe.engine.encoder import ENCODER_CHUNKS, encoder_chunks, padded_chunks
 from tests.marks import needs_cuda
 
 
@@ -15,7 +15,14 @@ def test_encoder_chunks_cover_any_group_with_few_shapes() -> None:
         assert [i for p in parts for i in range(p.start, p.stop)] == list(range(n))
         assert all(p.stop - p.start in ENCODER_CHUNKS for p in parts)
     assert [p.stop - p.start for p in encoder_chunks(77)] == [64, 8, 4, 1]
-    assert encoder_chunks(3, (1,)) == [slice(0, 1), slice(1, 2), slice(2, 3)]  # batch-invariant: each alone
+    assert encoder_chunks(3, (1,)) == [slice(0, 1), slice(1, 2), slice(2, 3)]  # batch-invariant on the CPU
+
+
+def test_a_batch_invariant_group_is_cut_into_one_chunk_size_padded() -> None:
+    """On CUDA a batch-invariant engine encodes only chunks of one size: the last is padded."""
+    assert padded_chunks(19, 8) == [(slice(0, 8), 0), (slice(8, 16), 0), (slice(16, 19), 5)]
+    assert padded_chunks(16, 8) == [(slice(0, 8), 0), (slice(8, 16), 0)]
+    assert padded_chunks(1, 8) == [(slice(0, 1), 7)]
 
 
 def test_the_fp8_encoder_keeps_its_first_layer_in_the_models_dtype(tiny_en_dir, utterances) -> None:
