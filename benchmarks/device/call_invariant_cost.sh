@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Device call after calls A and B (carry .stage/fa3): --batch-invariant's GPU test and invariance,
+# then its cost on W1 (alternated, no peer) and on W4 (turbo arch, 2,048 windows, no peer).
+#   bash benchmarks/device/call_invariant_cost.sh COMMIT
+set -u
+source benchmarks/device/aot_modules.sh  # FA3 modules, where .stage/fa3 rides along
+source benchmarks/device/env.sh
+commit=$1
+export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models BATCHSCRIBE_TEST_CACHE=$HOME/stage/models
+timeout 150 python3 -m pytest -q -m gpu tests/engine/test_engine.py -k batch > $OUT/gpu_tests.txt 2>&1
+tail -2 $OUT/gpu_tests.txt | cut -c1-300
+P=../../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
+cd benchmarks
+timeout 100 python3 batch_invariance.py --device cuda --configs auto,invariant > $OUT/invariance.txt 2>&1
+grep -vE "Warning|warn" $OUT/invariance.txt | tail -2 | cut -c1-300
+timeout 150 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append \
+    --configs auto:auto auto:auto:invariant auto:auto auto:auto:invariant > $OUT/w1.txt 2>&1
+grep -E "RTFx" $OUT/w1.txt | cut -c1-200
+timeout 200 python3 w4_turbo.py --tokenizer-from $HOME/stage/basetok --windows 2048 --slots 512 --peer-batch --no-append \
+    --configs auto:auto:auto:invariant auto:auto auto:auto:auto:invariant > $OUT/w4.txt 2>&1
+grep -E "^batchscribe .*slots\)" $OUT/w4.txt | cut -c1-200
