@@ -114,10 +114,10 @@ class EngineOptions:
     # token) makes a large model's compute-bound encoder faster on GPUs with fp8 tensor cores, at a
     # small accuracy cost (docs/GPU_NOTES.md). On the CPU fp8 is emulated: the same numbers, slowly.
     encoder_precision: Literal["auto", "fp8"] = "auto"
-    # Records that do not depend on which items share the engine: every window encoded alone and
-    # every decode step run over all the slots, so a row's numbers never change with the batch's
-    # shape (the kernels a GEMM picks depend on it). The same records from one GPU or eight, Ray or
-    # --gpus, a resumed run or a fresh one; costs throughput (docs/GPU_NOTES.md).
+    # Records that do not depend on which items share the engine: windows encoded in chunks of one
+    # size and every decode step run over all the slots, so a row's numbers never change with the
+    # batch's shape (the kernels a GEMM picks depend on it). The same records from one GPU or eight,
+    # Ray or --gpus, a resumed run or a fresh one (docs/GPU_NOTES.md has its cost).
     batch_invariant: bool = False
 
     def __post_init__(self) -> None:
