@@ -8,9 +8,14 @@ layer's K/V at positions [0, sot) and writes them into the slots' self-attention
 slots start stepping at <|startoftranscript|>. Rows shorter than the longest prompt write K/V past
 their own sot too; those positions are written again by the step that feeds them before any query
 reads them (the self-attention mask stops at the row's position), so they never count.
+
+A batch-invariant engine gives every prefill one shape, since the pass's GEMM kernels change with
+it (`invariant_prefills`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +27,20 @@ from batchscribe.model.whisper import Whisper
 # Not cuDNN's attention: it builds an execution graph on the host for every new shape, and this pass
 # runs eagerly at a new group size at almost every admission (docs/GPU_NOTES.md, fourteenth session).
 EAGER_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+INVARIANT_GROUP = 8  # a batch-invariant engine's prompts per prefill on CUDA
+
+
+def invariant_prefills(rows: Sequence[int], sots: Sequence[int], n_ctx: int, cuda: bool) -> list[tuple[list[int], int]]:
+    """A batch-invariant engine's prefills of the prompted `rows` (with their `sots`): (rows, padded
+    length) each. On CUDA groups of INVARIANT_GROUP rows, the last filled with copies of its last row
+    (its slot written again with the same K/V), each n_ctx // 2 tokens long, the longest a prompt
+    can be (openai keeps n_ctx // 2 - 1 tokens after <|startofprev|>): one shape for every prefill.
+    On the CPU each row alone at its own length (padding would cost more there than it saves)."""
+    if not cuda:
+        return [([row], sot) for row, sot in zip(rows, sots)]
+    length = max(n_ctx // 2, *sots)
+    groups = [list(rows[s : s + INVARIANT_GROUP]) for s in range(0, len(rows), INVARIANT_GROUP)]
+    return [(group + group[-1:] * (INVARIANT_GROUP - len(group)), length) for group in groups]
 
 
 @torch.no_grad()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.engine.prefill import prefill_prompts
+from batchscribe.engine.prefill import INVARIANT_GROUP, invariant_prefills, prefill_prompts
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
@@ -67,3 +67,14 @@ def test_on_cuda_the_prefill_never_plans_cudnn_attention() -> None:
         model.decode_step(caches[1], tokens[:, pos], torch.full((2,), pos, device="cuda"), slots, pos + 1, backend)
     for layer in range(DIMS.n_text_layer):
         torch.testing.assert_close(caches[0].self_k[layer][slots], caches[1].self_k[layer][slots], rtol=1e-2, atol=1e-2)
+
+
+def test_batch_invariant_prefills_have_one_shape_on_cuda_and_are_single_rows_on_the_cpu() -> None:
+    """On CUDA every prefill is INVARIANT_GROUP rows of the whole prompt budget (the last group
+    padded with its last row); on the CPU each prompted row goes alone at its own length."""
+    assert INVARIANT_GROUP == 8
+    rows, sots = [3, 5, 9], [10, 20, 224]
+    assert invariant_prefills(rows, sots, 448, cuda=False) == [([3], 10), ([5], 20), ([9], 224)]
+    assert invariant_prefills(rows, sots, 448, cuda=True) == [([3, 5, 9, 9, 9, 9, 9, 9], 224)]
+    nine = invariant_prefills(list(range(9)), [5] * 9, 448, cuda=True)
+    assert nine == [(list(range(8)), 224), ([8] * 8, 224)]
