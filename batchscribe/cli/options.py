@@ -39,7 +39,8 @@ BatchInvariant = Annotated[bool, typer.Option(
     "--batch-invariant", help="Records that do not depend on which items run together: bit for bit the same "
     "from one GPU or many, --ray or --gpus, a resumed run or a fresh one (on one kind of device, with the same "
     "--batch-size). Windows are encoded in chunks of one size and every decode step runs over all the slots "
-    "(on the H200: no measurable cost on W1 or W4; --vad then scores one item at a time).")]
+    "(on the H200: no measurable cost on W1 or W4; a prompt per item costs more, and --vad scores one item at "
+    "a time).")]
 Language = Annotated[str | None, typer.Option(help="Language code or name (e.g. en, de, german); auto or unset: "
                                               "detect.", show_default=False)]
 TaskOpt = Annotated[Task, typer.Option("--task", help="transcribe, or translate to English.")]
