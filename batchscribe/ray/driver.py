@@ -184,9 +184,9 @@ def _connect(ray: Any, plan: RayPlan) -> bool:
         return False
     kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": False, "include_dashboard": False}
     if plan.address is None:
-        # The private local cluster of one run reports no usage stats home (a reporter process that
-        # costs CPU beside the actors, and tries the network from hosts that often have none),
-        # unless the user's environment asks for them.
+        # The private local cluster of one run reports no usage stats home (its reporter tries the
+        # network from hosts that often have none; its CPU cost was not measurable), unless the
+        # user's environment asks for them.
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
         ray.init(address=plan.address, **kwargs)
