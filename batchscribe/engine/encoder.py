@@ -50,7 +50,7 @@ class WindowEncoder:
     def __init__(self, model: Whisper, cache: DecoderCache, max_chunk: int, mode: str = "eager",
                  attention: str = "sdpa", invariant: bool = False):  # fmt: skip
         """mode: EngineConfig.encoder ("eager", "fused" or "fp8"); attention: the fused encoder's
-        attention kernel (AttentionPlan.encoder_kernel: "sdpa" or "fa3"); invariant: chunks of 1."""
+        attention kernel (AttentionPlan.encoder_kernel: "sdpa" or "fa3"); invariant: one chunk size."""
         self.model, self.cache = model, cache
         self.dtype = next(model.parameters()).dtype
         self.device = cache.self_k[0].device
@@ -66,19 +66,18 @@ class WindowEncoder:
         self.encode = model.encoder if mode == "eager" else FusedEncoder(
             model.encoder, fp8=mode == "fp8", dense_layers=FP8_DENSE_LAYERS, attention=self.attention)
         self.features = LogMel(model.dims.n_mels, device=self.device)
-        # What an admission can use, largest first; `padded`: one size, the last chunk filled up
-        self.padded = invariant and self.device.type == "cuda"
+        # What an admission can use, largest first (batch-invariant: one size)
         if invariant:
-            self.chunk_sizes = [min(INVARIANT_CHUNK, max_chunk) if self.padded else 1]
+            self.chunk_sizes = [min(INVARIANT_CHUNK, max_chunk) if self.device.type == "cuda" else 1]
         else:
             self.chunk_sizes = [g for g in ENCODER_CHUNKS if g <= max_chunk]
 
     def chunks(self, n: int) -> list[tuple[slice, int]]:
-        """A group of n windows as (slice, padding) chunks: padding copies of the slice's last
-        window fill it to the one chunk size (batch-invariant on CUDA), else 0."""
-        if not self.padded:
-            return [(part, 0) for part in encoder_chunks(n, self.chunk_sizes)]
-        return padded_chunks(n, self.chunk_sizes[0])
+        """A group of n windows as (slice, padding) chunks: with one chunk size, padding copies of
+        the last slice's last window fill it to that size; else the padding is 0."""
+        if len(self.chunk_sizes) == 1:
+            return padded_chunks(n, self.chunk_sizes[0])
+        return [(part, 0) for part in encoder_chunks(n, self.chunk_sizes)]
 
     @torch.no_grad()
     def __call__(self, audio: torch.Tensor, slot_ids: torch.Tensor) -> None:

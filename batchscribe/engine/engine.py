@@ -22,7 +22,7 @@ from batchscribe.engine.alignment import Aligner, AlignWindow, PendingAlignment
 from batchscribe.engine.encoder import WindowEncoder
 from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena, to_device_async
-from batchscribe.engine.prefill import invariant_prefills, prefill_prompts
+from batchscribe.engine.prefill import prefill_groups, prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, default_buckets, steps_per_check
@@ -126,14 +126,10 @@ class Engine:
         self.slots.state.set_up(staged.slot_ids, staged.prompts, staged.begin, staged.floats, staged.noise_key,
                                 staged.detect, self.spec.sample_len, staged.sot)  # fmt: skip
         prompted = [i for i, r in enumerate(requests) if r.sot_index > 0]  # host-known: no device read
-        if prompted and self.config.batch_invariant:  # one shape for every prefill
-            sots = [requests[i].sot_index for i in prompted]
-            for group, length in invariant_prefills(prompted, sots, self.n_ctx, self.device.type == "cuda"):
-                rows = to_device_async(torch.tensor(group), self.device)
-                prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
-        elif prompted:
-            rows = to_device_async(torch.tensor(prompted), self.device)  # no stream sync: looks stay queued
-            length = max(requests[i].sot_index for i in prompted)
+        sots = [requests[i].sot_index for i in prompted]
+        cuda, invariant = self.device.type == "cuda", self.config.batch_invariant
+        for group, length in prefill_groups(prompted, sots, self.n_ctx, cuda, invariant):
+            rows = to_device_async(torch.tensor(group), self.device)  # no stream sync: looks stay queued
             prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
         self.timings["admit_stage"] += t1 - t0
         self.timings["admit_encode"] += t2 - t1

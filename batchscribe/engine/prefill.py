@@ -10,7 +10,7 @@ their own sot too; those positions are written again by the step that feeds them
 reads them (the self-attention mask stops at the row's position), so they never count.
 
 A batch-invariant engine gives every prefill one shape, since the pass's GEMM kernels change with
-it (`invariant_prefills`).
+it (`prefill_groups`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,16 @@ EAGER_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SD
 INVARIANT_GROUP = 8  # a batch-invariant engine's prompts per prefill on CUDA
 
 
-def invariant_prefills(rows: Sequence[int], sots: Sequence[int], n_ctx: int, cuda: bool) -> list[tuple[list[int], int]]:
-    """A batch-invariant engine's prefills of the prompted `rows` (with their `sots`): (rows, padded
-    length) each. On CUDA groups of INVARIANT_GROUP rows, the last filled with copies of its last row
-    (its slot written again with the same K/V), each n_ctx // 2 tokens long, the longest a prompt
-    can be (openai keeps n_ctx // 2 - 1 tokens after <|startofprev|>): one shape for every prefill.
-    On the CPU each row alone at its own length (padding would cost more there than it saves)."""
+def prefill_groups(rows: Sequence[int], sots: Sequence[int], n_ctx: int, cuda: bool,
+                   invariant: bool) -> list[tuple[list[int], int]]:  # fmt: skip
+    """The prefills of an admission's prompted `rows` (with their `sots`): (rows, padded length)
+    each. By default one, padded to the longest prompt. Batch-invariant: on CUDA groups of
+    INVARIANT_GROUP rows, the last filled with copies of its last row (its slot written again with
+    the same K/V), each n_ctx // 2 tokens long, the longest a prompt can be (openai keeps
+    n_ctx // 2 - 1 tokens after <|startofprev|>): one shape for every prefill. On the CPU each row
+    alone at its own length (padding would cost more there than it saves)."""
+    if not invariant:
+        return [(list(rows), max(sots))] if rows else []
     if not cuda:
         return [([row], sot) for row, sot in zip(rows, sots)]
     length = max(n_ctx // 2, *sots)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.engine.prefill import INVARIANT_GROUP, invariant_prefills, prefill_prompts
+from batchscribe.engine.prefill import INVARIANT_GROUP, prefill_groups, prefill_prompts
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
@@ -70,11 +70,15 @@ def test_on_cuda_the_prefill_never_plans_cudnn_attention() -> None:
 
 
 def test_batch_invariant_prefills_have_one_shape_on_cuda_and_are_single_rows_on_the_cpu() -> None:
-    """On CUDA every prefill is INVARIANT_GROUP rows of the whole prompt budget (the last group
-    padded with its last row); on the CPU each prompted row goes alone at its own length."""
+    """By default one prefill padded to the longest prompt; batch-invariant on CUDA every prefill is
+    INVARIANT_GROUP rows of the whole prompt budget (the last group padded with its last row), on
+    the CPU each prompted row alone at its own length."""
     assert INVARIANT_GROUP == 8
     rows, sots = [3, 5, 9], [10, 20, 224]
-    assert invariant_prefills(rows, sots, 448, cuda=False) == [([3], 10), ([5], 20), ([9], 224)]
-    assert invariant_prefills(rows, sots, 448, cuda=True) == [([3, 5, 9, 9, 9, 9, 9, 9], 224)]
-    nine = invariant_prefills(list(range(9)), [5] * 9, 448, cuda=True)
+    for cuda in (False, True):
+        assert prefill_groups(rows, [10, 20, 30], 448, cuda, invariant=False) == [([3, 5, 9], 30)]
+        assert prefill_groups([], [], 448, cuda, invariant=False) == []
+    assert prefill_groups(rows, sots, 448, cuda=False, invariant=True) == [([3], 10), ([5], 20), ([9], 224)]
+    assert prefill_groups(rows, sots, 448, cuda=True, invariant=True) == [([3, 5, 9, 9, 9, 9, 9, 9], 224)]
+    nine = prefill_groups(list(range(9)), [5] * 9, 448, cuda=True, invariant=True)
     assert nine == [(list(range(8)), 224), ([8] * 8, 224)]
