@@ -17,7 +17,7 @@ def read_pyav(source: object) -> tuple[np.ndarray, int, int | None]:
     """-> ([n, channels] float32, rate, frames the container declares or None), via FFmpeg."""
     import av  # lazily: only files libsndfile cannot read need FFmpeg
 
-    chunks: list[np.ndarray] = []  # each [channels, n] float32
+    chunks: list[np.ndarray] = []  # each [n, channels] float32
     try:
         with av.open(source, metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -28,13 +28,15 @@ def read_pyav(source: object) -> tuple[np.ndarray, int, int | None]:
             resampler = None
             for frame in container.decode(stream):
                 if resampler is None:
-                    # Planar float at the stream's own rate and layout: a format conversion only
-                    # (ints scaled to [-1, 1]); rate conversion is left to soxr.
-                    resampler = av.AudioResampler(format="fltp", layout=frame.layout, rate=frame.sample_rate)
-                    rate = frame.sample_rate
-                chunks.extend(f.to_ndarray() for f in resampler.resample(frame))
+                    # Packed float at the stream's own rate and layout: a format conversion only
+                    # (ints scaled to [-1, 1]); rate conversion is left to soxr. Packed, not planar:
+                    # one plane whatever the channel count (PyAV reads a frame of more than 8
+                    # planes out of bounds, and a corrupt header can declare 59 channels).
+                    resampler = av.AudioResampler(format="flt", layout=frame.layout, rate=frame.sample_rate)
+                    rate, channels = frame.sample_rate, len(frame.layout.channels)
+                chunks.extend(_samples(f, channels) for f in resampler.resample(frame))
             if resampler is not None:
-                chunks.extend(f.to_ndarray() for f in resampler.resample(None))
+                chunks.extend(_samples(f, channels) for f in resampler.resample(None))
             declared_s = _declared_seconds(container, stream)
     except DecoderFailed:
         raise
@@ -42,9 +44,14 @@ def read_pyav(source: object) -> tuple[np.ndarray, int, int | None]:
         raise DecoderFailed(short_message(exc)) from exc
     if resampler is None:
         raise DecoderFailed("the audio stream holds no decodable frames")
-    frames = np.concatenate(chunks, axis=1).T if chunks else np.zeros((0, 1), np.float32)
+    frames = np.concatenate(chunks, axis=0) if chunks else np.zeros((0, 1), np.float32)
     declared = None if declared_s is None else round(declared_s * rate)
     return np.ascontiguousarray(frames, dtype=np.float32), rate, declared
+
+
+def _samples(frame: Any, channels: int) -> np.ndarray:
+    """A packed float frame -> [n, channels] float32 (PyAV gives its one plane as [1, n * channels])."""
+    return frame.to_ndarray().reshape(-1, channels)
 
 
 def _declared_seconds(container: Any, stream: Any) -> float | None:

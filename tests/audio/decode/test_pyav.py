@@ -7,6 +7,7 @@ import io
 import av
 import numpy as np
 import pytest
+import soundfile as sf
 
 from batchscribe.audio.decode import AudioDecodeError, audio_duration, decode_audio, read_audio
 from tests.audio.decode.signals import ONSET_S, RATE, encode_with_pyav
@@ -50,3 +51,34 @@ def test_container_without_audio_stream() -> None:
             container.mux(packet)
     with pytest.raises(AudioDecodeError, match=r"no audio stream .*\['video'\]"):
         decode_audio(buf.getvalue())
+
+
+def test_more_than_eight_channels_come_back_in_order() -> None:
+    """FFmpeg frames of more than 8 planes: PyAV's planar to_ndarray read past its 8 data pointers
+    (a segfault); the packed form keeps every channel, in order, as soundfile wrote them."""
+    from batchscribe.audio.decode.pyav import read_pyav
+
+    t = np.arange(4000) / RATE
+    written = np.stack([np.sin(2 * np.pi * (100 + 50 * c) * t) * 0.1 * (c + 1) / 12 for c in range(12)], axis=1)
+    buf = io.BytesIO()
+    sf.write(buf, written.astype(np.float32), RATE, format="WAV", subtype="FLOAT")
+    samples, rate, _ = read_pyav(io.BytesIO(buf.getvalue()))
+    assert rate == RATE and samples.shape == written.shape
+    np.testing.assert_array_equal(samples, written.astype(np.float32))
+
+
+def test_a_header_declaring_59_channels_is_an_error_not_a_crash() -> None:
+    """A float WAV whose channel count was overwritten with 59 (found by tests/system/test_fuzz.py):
+    libsndfile refuses it, FFmpeg decodes garbage frames of 59 channels; the item gets an error."""
+    t = np.arange(int(0.2 * 22050)) / 22050
+    buf = io.BytesIO()
+    sf.write(buf, np.repeat((0.3 * np.sin(2 * np.pi * 440 * t))[:, None], 2, axis=1).astype(np.float32), 22050,
+             format="WAV", subtype="FLOAT")  # fmt: skip
+    data = bytearray(buf.getvalue())
+    data[22:24] = (59).to_bytes(2, "little")  # the fmt chunk's channel count
+    try:
+        audio = decode_audio(bytes(data))
+    except AudioDecodeError as exc:
+        assert str(exc) and "\n" not in str(exc).strip()
+    else:
+        assert audio.dtype == np.float32 and audio.ndim == 1 and np.isfinite(audio).all()
