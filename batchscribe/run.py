@@ -148,8 +148,9 @@ def run(
     start_wall, start_time = time.monotonic(), now_iso()
     prefix = output_prefix(opts.source.num_shards, opts.source.shard_index)
     with stop_signals():
-        with deferred():  # imports torch and Triton
+        with deferred():  # imports torch and Triton: start-up, which the summary counts with the model load
             plan = _DecodePlan.for_run(opts)
+        import_seconds = time.monotonic() - start_wall
         # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
         source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
         listing = inputs_listing(inputs, source.exclude)
@@ -168,7 +169,8 @@ def run(
 
             def open_(described: dict[str, Any], load_seconds: float) -> Sink:
                 return open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
-                                 estimate_total(inputs, opts.source), progress, load_seconds, skip)  # fmt: skip
+                                 estimate_total(inputs, opts.source), progress, import_seconds + load_seconds,
+                                 skip)  # fmt: skip
 
             transcriber, described, sink, decoded = _start(skip(items), plain, opts, plan, transcriber_factory, open_)
             summary = _run_pipeline(decoded, transcriber, sink, lambda status: run_summary(

@@ -164,8 +164,8 @@ def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink
                      "audio_hours": session_seconds / 3600.0},
         "wall_seconds": wall,
         "rtfx": session_seconds / wall if wall > 0 else 0.0,
-        # Model loading (first-use conversion, and on CUDA the engine build and graph capture) is a
-        # fixed cost; without it, the steady rate.
+        # Start-up is a fixed cost: importing torch and the engine, loading the model (first-use
+        # conversion), and on CUDA the engine build and graph capture. Without it, the steady rate.
         "model_load_seconds": sink.load_seconds,
         "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
                                       if wall > sink.load_seconds else 0.0),

@@ -351,6 +351,29 @@ def test_on_cuda_the_engine_build_counts_as_start_up(tmp_path: Path, monkeypatch
     assert made[0].seen and made[0].built_at < made[0].streaming_at
 
 
+def test_importing_the_engine_counts_as_start_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """run() imports torch and the engine (1.5-2 s in a cold process) before the model loads, to
+    plan the decoding; that is start-up too, or rtfx_excluding_model_load understates the rate by
+    those seconds. The plan's imports take a known time here; the stand-in loads at once."""
+    import time
+
+    import batchscribe.run as run_module
+
+    plan_for_run = run_module._DecodePlan.for_run
+
+    def slow_imports(cls: type, opts: RunOptions) -> Any:
+        time.sleep(0.5)
+        return plan_for_run(opts)
+
+    monkeypatch.setattr(run_module._DecodePlan, "for_run", classmethod(slow_imports))
+    manifest, _ = make_manifest(tmp_path, n_copies=1)
+    s = run([str(manifest)], tmp_path / "out", RunOptions(workers=0), lambda opts: FakeTranscriber()).summary
+    assert s["model_load_seconds"] >= 0.5
+    audio_seconds = s["this_run"]["audio_hours"] * 3600
+    assert s["rtfx_excluding_model_load"] == pytest.approx(audio_seconds / (s["wall_seconds"] - s["model_load_seconds"]),
+                                                           rel=0.05)  # fmt: skip
+
+
 def test_decode_threads_decode_into_the_arena_while_the_model_loads(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """On CUDA run() makes the pinned arena and starts the decode threads before the model loads,

@@ -140,7 +140,7 @@ def _print_summary(result: RunResult) -> None:
     if s.get("model_load_seconds") and s.get("rtfx_excluding_model_load"):
         # On a short input the fixed start-up cost is most of the wall time: show both figures.
         rows[-2:] = [("wall time", f"{s['wall_seconds']:.1f} s, of which {s['model_load_seconds']:.1f} s start-up "
-                      "(model load, engine build)"),
+                      "(imports, model load, engine build)"),
                      ("RTFx", f"{s['rtfx']:.1f} ({s['rtfx_excluding_model_load']:.1f} after start-up)")]  # fmt: skip
     for k, v in rows:
         table.add_row(f"[bold]{k}[/bold]", v)
