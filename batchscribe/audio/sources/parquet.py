@@ -11,6 +11,7 @@ from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptio
 
 _PARQUET_BATCH_ROWS = 16  # rows of encoded audio held at once per Parquet reader (~a few MB)
 _PARQUET_BUFFER_BYTES = 1 << 20
+_RELEASE_BYTES = 64 << 20  # Parquet data read between two returns of Arrow's free pages
 
 
 def read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
@@ -53,8 +54,24 @@ def read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
                 yield make_item(cells, cols, f"{path.stem}:{row}", path.parent, f"{path.name}:{row}")
                 row += 1
         # NOTE: Arrow's allocator (mimalloc) keeps freed pages, and over many files that retention
-        # grows peak RSS; handing them back keeps it flat. Once per row group, not per batch: each
-        # call holds the GIL, which the GPU engine's thread (and every decode thread) waits for.
+        # grows peak RSS; handing them back keeps it flat. Each call holds the GIL for milliseconds
+        # (which the GPU engine's thread and every decode thread wait for): once per
+        # _RELEASE_BYTES read in this process, not per batch or row group (64-row groups are
+        # common), nor per file (small files are too).
+        _read_bytes(pfile.metadata.row_group(group).total_byte_size)
+
+
+_unreleased = [0]  # bytes read since Arrow's free pages were last handed back (any reader, any file)
+
+
+def _read_bytes(n: int) -> None:
+    """Count `n` bytes read; hand Arrow's free pages back once _RELEASE_BYTES have been. Readers on
+    two threads may race on the count: a release comes a little early or late, nothing worse."""
+    import pyarrow as pa
+
+    _unreleased[0] += n
+    if _unreleased[0] >= _RELEASE_BYTES:
+        _unreleased[0] = 0
         pa.default_memory_pool().release_unused()
 
 
