@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from batchscribe.audio.sources import SourceError, SourceItem, shard_of
 from batchscribe.audio.sources.columns import audio_value, prompt_value
+from batchscribe.audio.sources.parquet import binary_views
 from batchscribe.audio.worker import decode_one
 from batchscribe.config import DecodeOptions, EngineOptions
 from batchscribe.output.formats import jsonl_line
@@ -109,8 +110,14 @@ class Transcribe:
         # How a raw row is decoded here: decode_batch's keywords (the driver passes the run's columns)
         self.read = {"id_column": id_column, "audio_column": audio_column, **(read or {})}
         self.described = json.dumps(jsonable(self.transcriber.describe())) if describe else None
+        # On a GPU: pinned memory for each row's samples, copied there on the call's thread, so
+        # admission sends them by DMA instead of packing them on the engine's thread (the plain
+        # run's decode threads decode into the same arena). None on the CPU. It builds the engine
+        # now, in the actor's start-up, not in its first call.
+        self.allocate = self.transcriber.host_allocator()
 
-    def __call__(self, batch: Batch) -> dict[str, np.ndarray]:
+    def __call__(self, batch: Batch | pa.Table) -> dict[str, np.ndarray]:
+        batch = _as_columns(batch)
         if "samples" not in batch:  # raw rows: decoded on this call's thread while the engine steps
             batch = decode_batch(batch, **self.read)
         ids = [str(i) for i in batch["id"]]
@@ -123,10 +130,10 @@ class Transcribe:
         todo = []
         for k, item_id in enumerate(ids):
             samples, error = batch["samples"][k], errors[k]
-            if not isinstance(samples, (bytes, np.bytes_)):
+            if not isinstance(samples, (bytes, np.bytes_, memoryview)):
                 records[item_id] = error_record(item_id, error or "no audio decoded", refs[k], extras[k])
             else:
-                audio = np.frombuffer(samples, dtype=np.float32)
+                audio = self._staged(np.frombuffer(samples, dtype=np.float32))
                 todo.append((item_id, audio, prompts[k]) if prompts[k] else (item_id, audio))
         row = {item_id: k for k, item_id in enumerate(ids)}
         for (item_id, *_), future in zip(todo, self.feed.submit(todo)):
@@ -138,3 +145,27 @@ class Transcribe:
         if self.described is not None:
             out["describe"] = [self.described] * len(ids)
         return {k: np.array(v, dtype=object) for k, v in out.items()}
+
+    def _staged(self, audio: np.ndarray) -> np.ndarray:
+        """[n] float32 samples in the engine's pinned arena when it has one (else as they are)."""
+        if self.allocate is None:
+            return audio
+        pinned = self.allocate(audio.size)
+        pinned[...] = audio  # numpy copies without the GIL, which the engine's thread needs
+        return pinned
+
+
+def _as_columns(batch: Batch | pa.Table) -> Batch:
+    """A batch as columns of Python values. From Arrow (`batch_format="pyarrow"`, as the driver
+    asks for), decoded samples stay views of the block's buffer: Ray's numpy batches copy every
+    row into a new bytes object, holding the GIL that the actor's engine thread waits for."""
+    if not isinstance(batch, pa.Table):
+        return batch
+    columns: dict[str, list[Any]] = {}
+    for name in batch.column_names:
+        column = batch.column(name)
+        if name == "samples" and (pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type)):
+            columns[name] = [view for chunk in column.chunks for view in binary_views(chunk)]
+        else:
+            columns[name] = column.to_pylist()
+    return columns

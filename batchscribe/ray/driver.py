@@ -246,7 +246,9 @@ class _Stages:
         if self.gpus:
             ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs=read)
         ds = ds.map_batches(
-            Transcribe, batch_size=rows, compute=_actor_pool(data, self.plan.workers, calls), num_gpus=self.gpus,
+            # Arrow batches: the samples reach the engine as views of the block, not copies (actor.py)
+            Transcribe, batch_size=rows, batch_format="pyarrow",
+            compute=_actor_pool(data, self.plan.workers, calls), num_gpus=self.gpus,
             num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True, "read": read,

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 import soundfile as sf
 
@@ -190,6 +191,57 @@ def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) 
     actor = Transcribe(str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=4), read=read)
     got, want = actor(raw), actor(decode_batch(raw, **read))
     assert {k: list(v) for k, v in got.items()} == {k: list(v) for k, v in want.items()}
+    # The same rows as Arrow batches (the driver's batch_format="pyarrow"), raw and decoded.
+    for batch in (raw, decode_batch(raw, **read)):
+        arrow = actor(pa.Table.from_pydict({k: list(v) for k, v in batch.items()}))
+        assert {k: list(v) for k, v in arrow.items()} == {k: list(v) for k, v in want.items()}
     records = [json.loads(r) for r in got["record"]]
     assert [r["speaker"] for r in records] == [7, 8, 9] and [r.get("reference") for r in records][0] == "one"
     assert got["error"][1] is not None and got["error"][0] is None
+
+
+def test_an_actor_hands_the_engine_views_of_arrow_samples_or_copies_in_its_arena(
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Decoded rows from Arrow reach the engine without a copy into new bytes objects (Ray's numpy
+    batches make one per row, holding the GIL the engine's thread waits for): views of the block.
+    With a pinned arena (a GPU engine's host_allocator), each row is copied into it on the call's
+    thread, so admission sends it by DMA. The engine here is a stand-in that keeps what it got."""
+    import batchscribe.api
+    from batchscribe.engine.pinned import PinnedArena
+    from batchscribe.ray.actor import Transcribe
+
+    class Engine:
+        arena: PinnedArena | None = None
+
+        def __init__(self, **kwargs: object) -> None:
+            self.got: dict[str, np.ndarray] = {}
+
+        def describe(self) -> dict[str, object]:
+            return {}
+
+        def host_allocator(self) -> object:
+            return None if self.arena is None else self.arena.allocate
+
+        def transcribe_stream(self, rows: object) -> object:
+            for row in rows:
+                if row is not None:
+                    self.got[row[0]] = row[1]
+                    yield {"id": row[0], "text": f" {row[1].size} samples", "segments": []}
+
+    monkeypatch.setattr(batchscribe.api, "Transcriber", Engine)
+    samples = {f"u{k}": np.arange(100 * (k + 1), dtype=np.float32) for k in range(3)}
+    table = pa.table({"id": list(samples), "samples": pa.array([a.tobytes() for a in samples.values()], pa.binary()),
+                      "error": [None] * 3})  # fmt: skip
+    buffer = table.column("samples").chunk(0).buffers()[2]
+    for arena in (None, PinnedArena(1 << 16, pin=False)):
+        Engine.arena = arena
+        actor = Transcribe()
+        out = actor(table)
+        assert list(out["text"]) == [f" {a.size} samples" for a in samples.values()]
+        for item_id, audio in actor.transcriber.got.items():
+            np.testing.assert_array_equal(audio, samples[item_id])
+            start = audio.__array_interface__["data"][0]
+            if arena is None:  # a view of the Arrow block's buffer
+                assert buffer.address <= start < buffer.address + buffer.size
+            else:
+                assert arena.holds(audio)

@@ -83,13 +83,13 @@ def _cells(column: Any) -> list[Any]:
 
     kind = column.type
     if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
-        return _binary_views(column)
+        return binary_views(column)
     if pa.types.is_struct(kind) and kind.get_field_index("bytes") >= 0:
         names = [kind.field(i).name for i in range(kind.num_fields)]
         children = dict(zip(names, column.flatten()))  # flatten applies the struct's offset and nulls
         data = children["bytes"]
         if pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type):
-            views = _binary_views(data)
+            views = binary_views(data)
             others = {name: child.to_pylist() for name, child in children.items() if name != "bytes"}
             valid = column.is_valid().to_pylist()
             return [
@@ -99,7 +99,7 @@ def _cells(column: Any) -> list[Any]:
     return column.to_pylist()
 
 
-def _binary_views(array: Any) -> list[memoryview | None]:
+def binary_views(array: Any) -> list[memoryview | None]:
     """Each cell of a (large) binary array as a view of its data buffer; None for nulls."""
     import numpy as np
     import pyarrow as pa
