@@ -23,10 +23,13 @@ def process_context(preload: list[str]) -> multiprocessing.context.BaseContext:
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(preload)
-    # The resource tracker's start unblocks SIGINT on its way out, whatever the mask was: first.
-    multiprocessing.resource_tracker.ensure_running()
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    # SIGHUP (a closed terminal) reaches the group too, and neither helper handles it: blocked when
+    # they start, it never reaches them (a killed resource tracker printed tracebacks as the run
+    # stopped). The tracker's start unblocks SIGINT on its way out, whatever the mask was: first.
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
     try:
+        multiprocessing.resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         multiprocessing.forkserver.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)

@@ -1,4 +1,4 @@
-"""SIGINT and SIGTERM as one graceful stop, held back while native code may be running Python.
+"""SIGINT, SIGTERM and SIGHUP as one graceful stop, held back while native code may be running Python.
 
 A KeyboardInterrupt raised in Python code that a C++ extension called (torch's and Triton's
 pybind11 imports, a model load, a CUDA graph capture) escapes as a C++ exception and aborts the
@@ -18,7 +18,12 @@ from typing import Any
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (timeout, Docker, Slurm, Kubernetes), handled as Ctrl-C is: what is done is committed."""
+    """SIGTERM (timeout, Docker, Slurm, Kubernetes) or SIGHUP (a closed terminal or SSH session),
+    handled as Ctrl-C is: what is done is committed. `signum`: which (exit status 128 + signum)."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        super().__init__(signum)
+        self.signum = int(signum)
 
 
 class _Stops:
@@ -31,7 +36,7 @@ class _Stops:
         # The first stop of either kind is the graceful one; the next kills as if unhandled.
         for handled in self.handled:
             signal.signal(handled, signal.SIG_DFL)
-        stop = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        stop = KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
         if self.depth:
             self.pending = stop
             return
@@ -43,9 +48,10 @@ _active: _Stops | None = None
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """Within the block, SIGTERM raises Terminated and SIGINT KeyboardInterrupt, each held back
-    inside `deferred()`. A SIGINT handler other than Python's default (a host application's)
-    is left alone; from a thread other than the main one this does nothing (signals reach only it)."""
+    """Within the block, SIGTERM and SIGHUP raise Terminated and SIGINT KeyboardInterrupt, each
+    held back inside `deferred()`. A SIGINT handler other than Python's default (a host
+    application's) is left alone, and so is an ignored SIGHUP (`nohup`); from a thread other than
+    the main one this does nothing (signals reach only it)."""
     global _active
     if threading.current_thread() is not threading.main_thread() or _active is not None:
         yield
@@ -54,6 +60,9 @@ def stop_signals() -> Iterator[None]:
     stops.handled[signal.SIGTERM] = signal.signal(signal.SIGTERM, stops.handler)
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         stops.handled[signal.SIGINT] = signal.signal(signal.SIGINT, stops.handler)
+    hangup = getattr(signal, "SIGHUP", None)  # not on Windows
+    if hangup is not None and signal.getsignal(hangup) is signal.SIG_DFL:
+        stops.handled[hangup] = signal.signal(hangup, stops.handler)
     _active = stops
     try:
         yield

@@ -13,14 +13,29 @@ import pytest
 from batchscribe.stops import Terminated, deferred, stop_signals
 
 
-@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated)])
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated),
+                                                (signal.SIGHUP, Terminated)])  # fmt: skip
 def test_a_stop_outside_deferred_raises_at_once(signum: int, raised: type[BaseException]) -> None:
-    after, before = [], (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    after, before = [], [signal.getsignal(s) for s in handled]
     with pytest.raises(raised) as caught, stop_signals():
         signal.raise_signal(signum)
         after.append("ran on")
-    assert after == [] and (caught.type is Terminated) == (signum == signal.SIGTERM)
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before  # restored
+    assert after == [] and (caught.type is Terminated) == (signum != signal.SIGINT)
+    if caught.type is Terminated:
+        assert caught.value.signum == signum  # the CLI exits 128 + signum
+    assert [signal.getsignal(s) for s in handled] == before  # restored
+
+
+def test_an_ignored_sighup_stays_ignored() -> None:
+    """Under `nohup` SIGHUP is ignored, and a run must outlive the terminal it was started from."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_signals():
+            signal.raise_signal(signal.SIGHUP)
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def test_a_stop_inside_deferred_is_raised_when_the_outermost_block_ends() -> None:

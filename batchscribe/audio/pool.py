@@ -209,7 +209,8 @@ def _context() -> multiprocessing.context.BaseContext:
 def _new_pool(workers: int, threads: bool = False) -> Executor:
     if threads:
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batchscribe-decode")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=quiet_worker)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=quiet_worker,
+                               initargs=(os.getpid(),))
 
 
 def _broken_future() -> Future[list[Result]]:

@@ -47,22 +47,41 @@ class Spilled:
 Result = tuple[np.ndarray | Spilled | None, str | None]
 
 
-def quiet_worker() -> None:
-    """A decode process's initializer. Ctrl-C and SIGTERM reach the whole process group; the run
-    handles them (commits, writes the summary, shuts this pool down), so a worker ignores both: no
+def quiet_worker(run_pid: int | None = None) -> None:
+    """A decode process's initializer. Ctrl-C, SIGTERM and SIGHUP reach the whole process group; the
+    run handles them (commits, writes the summary, shuts this pool down), so a worker ignores both: no
     KeyboardInterrupt traceback, and no worker death the pool would take for a crashing decoder.
-    It exits by itself once its parent is gone (a run killed outright), instead of waiting forever
-    for work."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    It exits by itself once the run (`run_pid`) or its parent is gone (a run killed outright),
+    instead of waiting forever for work. Both: a forkserver's worker is the server's child, and
+    holds the pipe whose end tells the server that the run died, so the server outlives the run
+    as long as its workers do (seen: both left running after a SIGKILL of the run)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     parent = os.getppid()
 
     def watch() -> None:
-        while os.getppid() == parent:
+        while os.getppid() == parent and (run_pid is None or _alive(run_pid)):
             time.sleep(1.0)
         os._exit(0)
 
     threading.Thread(target=watch, name="batchscribe-parent-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    """Is `pid` running (not gone, not a zombie waiting for its parent to reap it)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # e.g. another user's process: alive
+            pass
+        return True
 
 
 def new_spill_dir() -> str:
@@ -84,16 +103,6 @@ def _sweep_spills(parent: str) -> None:
         pid = name[len(SPILL_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not _alive(int(pid)):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # e.g. another user's process: alive
-        pass
-    return True
 
 
 def decode_one(item: SourceItem, decoder: Decoder | None) -> Result:

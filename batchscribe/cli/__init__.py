@@ -2,8 +2,8 @@
 
 Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
 2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
-existing output directory, an output directory another run is writing); 130 / 143 stopped by
-SIGINT / SIGTERM (what was done is committed; rerun to resume).
+existing output directory, an output directory another run is writing); 130 / 143 / 129 stopped by
+SIGINT / SIGTERM / SIGHUP (what was done is committed; rerun to resume).
 """
 
 from __future__ import annotations

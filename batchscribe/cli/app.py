@@ -3,8 +3,8 @@ that imports Typer and rich).
 
 Exit codes: 0 done; 1 item errors exceeded --max-errors, or the run failed (disk full, ...);
 2 usage errors (bad flag, missing input or column, unknown model, settings that conflict with an
-existing output directory, an output directory another run is writing); 130 / 143 stopped by
-SIGINT / SIGTERM (what was done is committed; rerun to resume).
+existing output directory, an output directory another run is writing); 130 / 143 / 129 stopped by
+SIGINT / SIGTERM / SIGHUP (what was done is committed; rerun to resume).
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ def _handled() -> Iterator[None]:
     """Turn the package's boundary errors into a message and an exit code, not a traceback."""
     try:
         yield
-    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM as Terminated: committed, summary written
+    except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM/SIGHUP as Terminated: committed, summary written
         _die("interrupted: the records finished so far are committed; rerun the same command to resume",
-             143 if isinstance(exc, Terminated) else 130)
+             128 + exc.signum if isinstance(exc, Terminated) else 130)
     except TooManyErrors as exc:
         _die(str(exc), 1)
     except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
