@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import os
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ AUDIO_EXTENSIONS = frozenset(
 MANIFEST_EXTENSIONS = frozenset({".jsonl", ".csv", ".tsv"})
 # Columns a manifest may name its audio path with, after the configured audio column.
 MANIFEST_PATH_COLUMNS = ("path", "file_name", "file")
+
+log = logging.getLogger(__name__)
 
 
 def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -131,9 +134,21 @@ def _walk(folder: Path, exclude: frozenset[str]) -> Iterator[tuple[Path, bool]]:
 
 def audio_file_item(path: Path, item_id: str) -> SourceItem:
     # A sidecar `<name>.txt` next to the audio holds its reference transcript when present.
+    return SourceItem(id=item_id, audio_bytes=None, path=str(path), text=_sidecar_text(path), extra={})
+
+
+def _sidecar_text(path: Path) -> str | None:
+    """The reference in `<name>.txt` beside the audio, or None. One that is not UTF-8 (or cannot be
+    read) costs its item the reference, with a warning naming it, not the run its other items."""
     sidecar = path.with_suffix(".txt")
-    text = sidecar.read_text(encoding="utf-8").strip() if sidecar.is_file() else None
-    return SourceItem(id=item_id, audio_bytes=None, path=str(path), text=text, extra={})
+    if not sidecar.is_file():
+        return None
+    try:
+        return sidecar.read_text(encoding="utf-8").strip()
+    except (UnicodeDecodeError, OSError) as exc:
+        log.warning("%s: reference transcript not read (%s); the audio is transcribed without it. Save it "
+                    "as UTF-8 text (e.g. iconv -f latin1 -t utf-8) to score it", sidecar, exc)
+        return None
 
 
 def read_audio_folder(folder: Path, exclude: tuple[str, ...] = ()) -> Iterator[SourceItem]:

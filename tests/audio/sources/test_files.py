@@ -24,6 +24,25 @@ def test_audio_folder(flac_folder: Path, reference: list[dict]) -> None:
         assert item.audio_bytes is None and payload(item) == row["audio"]["bytes"]
 
 
+def test_a_reference_that_is_not_utf8_costs_its_item_the_reference_not_the_run(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A Latin-1 `.txt` beside one clip: every clip is still an item, that one without its
+    reference, and the warning names the file and the fix (it stopped the run with a traceback)."""
+    import logging
+    import shutil
+
+    clip = Path(__file__).resolve().parents[3] / "batchscribe" / "demo" / "sense_and_sensibility_01_austen_64kb-0870.flac"
+    for name in ("a", "b"):
+        shutil.copy(clip, tmp_path / f"{name}.flac")
+    (tmp_path / "a.txt").write_text("plain reference", encoding="utf-8")
+    (tmp_path / "b.txt").write_bytes("caf\u00e9".encode("latin-1"))
+    with caplog.at_level(logging.WARNING):
+        items = {i.id: i for i in iter_source([str(tmp_path)], SourceOptions())}
+    assert sorted(items) == ["a", "b"]
+    assert items["a"].text == "plain reference" and items["b"].text is None
+    assert any("b.txt" in r.getMessage() and "UTF-8" in r.getMessage() for r in caplog.records)
+
+
 def test_jsonl_manifest(flac_folder: Path, reference: list[dict]) -> None:
     manifest = flac_folder / "manifest.jsonl"
     with manifest.open("w") as fh:
