@@ -155,9 +155,10 @@ def run(
         source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
         listing = inputs_listing(inputs, source.exclude)
         config = run_config(inputs, opts, listing)
+        # Input and column errors before the output folder is made (and before the model loads).
+        items = _peeked(iter_source(inputs, source))
         with lock_output(output_dir, prefix) as lock:
             state = checked_state(output_dir, prefix, config, opts, lock, listing)
-            items = _peeked(iter_source(inputs, source))  # input and column errors before the model loads
             skipped = 0
             plain = not (opts.overwrite or opts.retry_errors)
             if plain:

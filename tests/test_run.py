@@ -531,3 +531,19 @@ def test_prompt_column_on_a_multilingual_model_needs_a_language(tmp_path: Path, 
     expected = pytest.raises(ConfigError, match=r"--prompt-column names with the multilingual model .* needs --language")
     with expected if language is None else pytest.raises(Loaded):
         run([str(manifest)], tmp_path / "out", options)
+
+
+def test_an_input_error_comes_before_the_output_folder_is_made(tmp_path: Path) -> None:
+    """A wrong column (or an empty input) is a usage error; the folder it would have written into
+    is not created, nor are its lock files (README: usage errors come before anything is written)."""
+    from batchscribe.audio.sources import SourceError
+
+    import pyarrow as pa
+
+    rows = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": ["a"], "audio": [b"not read"]}), rows)
+    out = tmp_path / "out"
+    with pytest.raises(SourceError, match="--audio-column"):
+        run([str(rows)], out, RunOptions(workers=0, source=SourceOptions(audio_column="sound")),
+            lambda opts: FakeTranscriber())  # fmt: skip
+    assert not out.exists()
