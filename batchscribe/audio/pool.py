@@ -189,6 +189,8 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
                 except BrokenProcessPool:
                     pool.shutdown(wait=True)
                     pool = _new_pool(1)
+                    _check_workers_start(pool)  # not this item's fault if a worker cannot even start
+                    pool = _new_pool(1)
                     results = [(None, (
                         "the decoder process died while decoding this item (a crash in a native "
                         "decoder, or out of memory); the audio is probably corrupt: re-encode it "
@@ -197,6 +199,28 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
                 except Exception as exc:  # e.g. an item that cannot be pickled to a worker
                     results = [(None, f"{type(exc).__name__}: {exc}")]
                 yield from _finish_chunk([item], results)
+    finally:
+        pool.shutdown(wait=True)
+
+
+class DecodeWorkersError(RuntimeError):
+    """Decode worker processes die before decoding anything: no item's fault, so no item's error."""
+
+
+def _check_workers_start(pool: Executor) -> None:
+    """Raise DecodeWorkersError if a worker of `pool` dies on a task that decodes nothing (the
+    pool is then broken; the caller makes a new one either way). Seen: a script that calls run()
+    without a main guard, which multiprocessing runs again in every worker, where it stops; each
+    item was blamed on its audio ("probably corrupt") and the run ended "complete" with 0 ok."""
+    try:
+        pool.submit(decode_many, [], None, None).result()
+    except BrokenProcessPool:
+        raise DecodeWorkersError(
+            "decode worker processes exit as they start, before decoding anything (their error, if "
+            "any, is printed above). Calling batchscribe.run.run() from a script? Python starts each "
+            "worker by importing the script again: put the call under `if __name__ == \"__main__\":`. "
+            "Otherwise decode in threads (RunOptions(decode_threads=True)) or inline (workers=0)"
+        ) from None
     finally:
         pool.shutdown(wait=True)
 

@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import weakref
 from collections.abc import Iterator
@@ -302,3 +303,29 @@ def test_worker_processes_take_short_items_in_chunks(monkeypatch: pytest.MonkeyP
     assert sum(sizes[False]) == 200 and sizes[False][0] == 1 and max(sizes[False]) == 16
     assert pool.THREAD_CHUNK_ITEMS == 1 and sizes[True] == [1] * 200
 
+
+
+def test_workers_that_cannot_start_stop_the_stream_instead_of_blaming_each_item(tmp_path: Path) -> None:
+    """A script that decodes without a main guard: multiprocessing runs it again in each worker,
+    where it fails. Every item used to get "the audio is probably corrupt" and the run ended
+    complete with nothing transcribed; the stream now raises, naming the guard."""
+    clip = Path(__file__).resolve().parents[2] / "batchscribe" / "demo" / "sense_and_sensibility_01_austen_64kb-0870.flac"
+    script = tmp_path / "no_guard.py"
+    script.write_text(textwrap.dedent(f"""
+        from batchscribe.audio.pool import DecodeWorkersError, decode_stream
+        from batchscribe.audio.sources import SourceItem
+
+        data = open({str(clip)!r}, "rb").read()
+        try:
+            out = list(decode_stream([SourceItem("a", data, None, None), SourceItem("b", data, None, None)], workers=1))
+            print("decoded:", [d.error for d in out])
+        except DecodeWorkersError as exc:
+            print("refused:", exc)
+    """))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert "refused:" in proc.stdout and '__name__ == "__main__"' in proc.stdout, proc.stdout + proc.stderr
+    guarded = tmp_path / "guarded.py"
+    body = script.read_text().split("data = ", 1)
+    guarded.write_text(body[0] + 'if __name__ == "__main__":\n' + textwrap.indent("data = " + body[1], "    "))
+    proc = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "decoded: [None, None]", proc.stdout + proc.stderr
