@@ -85,9 +85,9 @@ def _plan_file(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceI
     if suffix == ".parquet":
         return lambda: read_parquet(path, opts)
     if suffix == ".jsonl":
-        return lambda: read_manifest(path, jsonl_rows(path), opts)
+        return lambda: read_manifest(path, jsonl_rows, opts)
     if suffix in (".csv", ".tsv"):
-        return lambda: read_manifest(path, csv_rows(path), opts)
+        return lambda: read_manifest(path, csv_rows, opts)
     if suffix in AUDIO_EXTENSIONS:
         _no_passthrough(path, opts)
         return lambda: iter([audio_file_item(path, path.stem)])

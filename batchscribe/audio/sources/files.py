@@ -8,7 +8,7 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,19 @@ def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_manifest(
-    path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions
+    path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]], opts: SourceOptions
 ) -> Iterator[SourceItem]:
+    """The items of a text manifest, `rows(path)` its numbered rows (jsonl_rows, csv_rows). Every
+    line is checked before the first item comes out, so a bad line is a usage error before the
+    model loads and anything is written: found mid-run, it stopped the run with part of it
+    committed, and fixing the line then changed the input the output folder was pinned to."""
+    for _ in _manifest_items(path, rows(path), opts, note=False):
+        pass
+    yield from _manifest_items(path, rows(path), opts)
+
+
+def _manifest_items(path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions,
+                    note: bool = True) -> Iterator[SourceItem]:  # fmt: skip
     base_dir = path.parent
     candidates = (opts.audio_column, *MANIFEST_PATH_COLUMNS)
     first = True
@@ -92,9 +103,9 @@ def read_manifest(
                 f"available columns: {', '.join(row)}; choose one with --audio-column NAME"
             )
         cols = resolve_columns(list(row), opts, f"{path}:{line_no}", audio_column=audio_col)
-        if first:
+        if first and note:
             note_columns(cols, opts)
-            first = False
+        first = False
         value = row[audio_col]
         written = value.get("path") if isinstance(value, dict) else value
         derived = _strip_audio_ext(str(written)) if written else f"{path.stem}:{line_no}"

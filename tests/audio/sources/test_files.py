@@ -70,6 +70,20 @@ def test_manifest_without_path_column(tmp_path: Path) -> None:
     assert items == [SourceItem("a", None, str(tmp_path / "a.wav"), None, {})]
 
 
+@pytest.mark.parametrize("bad", ["{oops", json.dumps({"id": "x", "wav": "x.wav"}), json.dumps({"path": "x.wav"})])
+def test_a_bad_manifest_line_is_found_before_the_first_item(tmp_path: Path, bad: str) -> None:
+    """Bad JSON, a row without an audio path, a row without a --passthrough column: on line 41,
+    before line 1's item comes out (it stopped runs mid-way, part committed)."""
+    manifest = tmp_path / "m.jsonl"
+    good = [json.dumps({"id": f"u{k}", "path": f"{k}.wav", "speaker": k}) for k in range(40)]
+    manifest.write_text("\n".join([*good, bad]) + "\n")
+    items = iter_source([str(manifest)], SourceOptions(passthrough=("speaker",)))
+    with pytest.raises(SourceError, match=r"m.jsonl:41: "):
+        next(items)
+    manifest.write_text("\n".join(good) + "\n")
+    assert len(list(iter_source([str(manifest)], SourceOptions(passthrough=("speaker",))))) == 40
+
+
 def test_unreadable_audio_is_an_item_not_an_error(tmp_path: Path) -> None:
     (tmp_path / "broken.wav").write_bytes(b"RIFF....garbage")
     assert [i.id for i in iter_source([str(tmp_path)], SourceOptions())] == ["broken"]
