@@ -87,7 +87,7 @@ def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> in
     Returns how many error records are to be redone."""
     if opts.overwrite:
         try:
-            remove_records(state.directory)
+            remove_records(state.directory, state.prefix)
         finally:
             lock.share_folder()
         return 0

@@ -20,7 +20,7 @@ from batchscribe.config import EngineOptions
 from batchscribe.engine.pinned import PendingArena
 from batchscribe.output.resume import ResumeConflictError
 from batchscribe.output.writers import read_shard
-from batchscribe.run import RunOptions, TooManyErrors, run
+from batchscribe.run import RunOptions, RunResult, TooManyErrors, run
 from batchscribe.stops import Terminated
 
 DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
@@ -547,3 +547,28 @@ def test_an_input_error_comes_before_the_output_folder_is_made(tmp_path: Path) -
         run([str(rows)], out, RunOptions(workers=0, source=SourceOptions(audio_column="sound")),
             lambda opts: FakeTranscriber())  # fmt: skip
     assert not out.exists()
+
+
+def test_overwrite_from_one_part_says_it_deletes_the_other_parts_records(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """A folder holds one run's records, so --overwrite from --shard-index 0 deletes part 1's too:
+    it says so (it did it silently, found by exploratory QA); a part alone deletes quietly."""
+    import logging
+
+    manifest, _ = make_manifest(tmp_path, n_copies=2)
+    out = tmp_path / "out"
+
+    def part(k: int, **kw: Any) -> RunResult:
+        source = SourceOptions(num_shards=2, shard_index=k)
+        return run([str(manifest)], out, RunOptions(workers=0, source=source, **kw), lambda o: FakeTranscriber())
+
+    part(0), part(1)
+    with caplog.at_level(logging.WARNING):
+        part(0, overwrite=True)
+    warned = [r.getMessage() for r in caplog.records if "--overwrite" in r.getMessage()]
+    assert len(warned) == 1 and "part00001of00002" in warned[0]
+    assert not list(out.glob("[!.]*part00001of00002*"))  # deleted, as said (its lock file stays)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        part(0, overwrite=True)  # only part 0's own files now
+    assert not [r for r in caplog.records if "--overwrite" in r.getMessage()]

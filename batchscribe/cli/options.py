@@ -78,7 +78,7 @@ Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: 
 MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed "
                                                "(committed error records count; see --retry-errors).", show_default=False)]
 ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
-Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output instead of resuming.")]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output (every --shard-index part's) instead of resuming.")]
 RetryErrors = Annotated[bool, typer.Option("--retry-errors", help="Transcribe again the items whose committed record is "
                                            "an error (after fixing them); each is replaced, once.")]
 CacheDir = Annotated[Path | None, typer.Option(help="Where converted models are cached.", show_default=False)]

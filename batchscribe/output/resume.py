@@ -231,9 +231,17 @@ def _move_aside(path: Path, suffix: str) -> Path:
     return target
 
 
-def remove_records(directory: Path) -> None:
-    """--overwrite: delete every writer's records (the caller holds the folder lock exclusively)."""
-    for path in our_files(directory):
+def remove_records(directory: Path, prefix: str | None = None) -> None:
+    """--overwrite: delete every writer's records (the caller holds the folder lock exclusively):
+    the folder holds one run's records, so other parts' go too, and `prefix`'s writer says so."""
+    files = our_files(directory)
+    if prefix is not None:
+        part = prefix.removeprefix("records-") if prefix != "records" else None
+        others = sorted(p.name for p in files if (part not in p.name if part else "part" in p.name))
+        if others:
+            log.warning("--overwrite: deleting the records of the other --shard-index parts in %s too (%d files, "
+                        "e.g. %s): a folder holds one run's records", directory, len(others), others[0])
+    for path in files:
         path.unlink()
     fsync_dir(directory)
 
