@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ import numpy as np
 import torch
 
 from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, prepare_audio
+from batchscribe.audio.decode.base import AudioDecodeError
 from batchscribe.audio.vad import SpeechDetector
 from batchscribe.audio.vad_stream import SpeechStage, VadBatching
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
@@ -37,10 +39,12 @@ from batchscribe.weights import load_state_dict, resolve_model
 from batchscribe.weights.digest import weights_sha256
 
 
-def _samples(items: Iterable[tuple | None], sample_rate: int) -> Iterator[tuple | None]:
+def _samples(items: Iterable[tuple | None], sample_rate: int | None, failed: deque[dict]) -> Iterator[tuple | None]:
     """(id, audio[, prompt]) -> (id, float32 mono 16 kHz samples[, prompt]). The pipeline's arrays
     pass through after an O(1) check (the engine's path is not slowed); anything else is decoded or
-    resampled. A third element is the item's own initial prompt (`--prompt-column`)."""
+    resampled. A third element is the item's own initial prompt (`--prompt-column`). A file that
+    cannot be decoded becomes an error record in `failed`, as in `batchscribe run`, not an
+    exception that loses the other items."""
     for entry in items:
         if entry is None:  # a live source's "nothing ready yet" (ray/feed.py), for the scheduler
             yield None
@@ -49,8 +53,17 @@ def _samples(items: Iterable[tuple | None], sample_rate: int) -> Iterator[tuple 
         if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
             check_array(item_id, audio)
         else:
-            audio = prepare_audio(item_id, audio, sample_rate)
+            try:
+                audio = prepare_audio(item_id, audio, sample_rate)
+            except AudioDecodeError as exc:
+                failed.append(make_error_record(item_id, str(exc)))
+                continue
         yield (item_id, audio, *prompt)
+
+
+def _drain(failed: deque[dict]) -> Iterator[dict]:
+    while failed:
+        yield failed.popleft()
 
 
 @dataclass(frozen=True)
@@ -216,17 +229,21 @@ class Transcriber:
         found ahead of the scheduler, in batches on worker threads (`SpeechStage`); an item whose
         detection fails gets an error record. `policy`: the scheduler's, if not its default
         (benchmarks vary it)."""
-        options = options or self.options
-        scheduler, source = self.scheduler(options), _samples(items, sample_rate)
+        options, failed = options or self.options, deque()
+        scheduler, source = self.scheduler(options), _samples(items, sample_rate, failed)
         if not options.vad:
             for transcript in scheduler.run(source, policy):
+                yield from _drain(failed)
                 yield transcript_record(transcript)
+            yield from _drain(failed)
             return
         # Closed however the stream ends (a stop, an error, the caller's close): its threads end.
         with SpeechStage(source, self.speech_detector(), self.vad_batching) as stage:
             for transcript in scheduler.run(stage, policy):
+                yield from _drain(failed)
                 error = stage.finished(transcript.id)
                 yield transcript_record(transcript) if error is None else make_error_record(transcript.id, error)
+        yield from _drain(failed)
 
     def speech_detector(self) -> SpeechDetector:
         """--vad's Silero model, loaded once, on the engine's device."""
@@ -245,6 +262,9 @@ class Transcriber:
         path as given, else the item's position in the list.
         """
         single = is_audio(audio) and not isinstance(audio, (list, tuple))
+        if not single and not isinstance(audio, Iterable):
+            raise TypeError(f"transcribe() takes a path, bytes, an array or a list of them (or of (id, item) "
+                            f"pairs), not a {type(audio).__name__}")
         batch = [audio] if single else list(audio)  # type: ignore[arg-type]
         items = [x if isinstance(x, tuple) else (item_label(x, i), x) for i, x in enumerate(batch)]
         order = {item_id: i for i, (item_id, _) in enumerate(items)}
@@ -253,9 +273,13 @@ class Transcriber:
         for item_id, x in items:  # shape and dtype first: cheap, and before any decoding or the engine
             if isinstance(x, np.ndarray):
                 check_array(item_id, x)
-        # Items are decoded as the engine pulls them, so a list of paths never sits in memory decoded.
-        prepared = ((item_id, prepare_audio(item_id, x, sample_rate)) for item_id, x in items)
+        # Items are decoded as the engine pulls them, so a list of paths never sits in memory
+        # decoded; one that cannot be decoded gets an error record, as in `batchscribe run`.
+        prepared = ((item_id, prepare_audio(item_id, x, sample_rate) if isinstance(x, np.ndarray) else x)
+                    for item_id, x in items)  # arrays checked in full (NaN), then taken as 16 kHz
         records = sorted(self.transcribe_stream(prepared, options), key=lambda r: order[r["id"]])
+        if single and "error" in records[0]:
+            raise AudioDecodeError(records[0]["error"])  # one item: its error, as an exception
         return records[0] if single else records
 
     def describe(self) -> dict[str, Any]:

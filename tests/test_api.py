@@ -22,6 +22,8 @@ from tests.engine.helpers import check_record as _check_record
 
 pytest.importorskip("openai.types.audio")
 
+DEMO = Path(__file__).resolve().parents[1] / "batchscribe" / "demo"
+
 
 @pytest.fixture(scope="module")
 def transcriber(tiny_en_dir):
@@ -135,6 +137,29 @@ def test_missing_path_names_it(transcriber, tmp_path) -> None:
 
     with pytest.raises(AudioDecodeError, match="nope.flac.*does not exist"):
         transcriber.transcribe(str(tmp_path / "nope.flac"))
+
+
+def test_a_file_that_cannot_be_decoded_costs_a_batch_only_its_own_record(transcriber, tmp_path) -> None:
+    """As in `batchscribe run`: among several items, a missing or corrupt file becomes its error
+    record and the others are transcribed (the whole call raised, losing them). Reference: each
+    good item transcribed alone."""
+    from openai.types.audio import TranscriptionVerbose
+
+    good = sorted(str(p) for p in DEMO.glob("*.flac"))[:2]
+    corrupt = tmp_path / "corrupt.flac"
+    corrupt.write_bytes(b"fLaC" + bytes(300))
+    missing = str(tmp_path / "nope.flac")
+    records = transcriber.transcribe([good[0], missing, str(corrupt), good[1]])
+    assert [r["id"] for r in records] == [good[0], missing, str(corrupt), good[1]]
+    assert "does not exist" in records[1]["error"] and records[2]["error"]
+    for k in (0, 3):
+        assert "error" not in records[k]
+        assert records[k]["text"] == transcriber.transcribe(records[k]["id"])["text"]
+        TranscriptionVerbose.model_validate(records[k])
+    streamed = list(transcriber.transcribe_stream([("a", missing), ("b", good[0])]))
+    assert sorted(r["id"] for r in streamed) == ["a", "b"] and "error" in {r["id"]: r for r in streamed}["a"]
+    with pytest.raises(TypeError, match="a path, bytes, an array or a list"):
+        transcriber.transcribe(5)
 
 
 @pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None, reason="needs pip install 'batchscribe[vad]'")
