@@ -23,7 +23,9 @@ def eval_command(
     references: Annotated[list[str] | None, typer.Option(metavar="SOURCE",
         help="Reference source(s) (repeatable); default: the records' 'reference' field.",
         show_default=False)] = None,
-    text_column: Annotated[str, typer.Option(help="Reference text column.")] = "text",
+    text_column: Annotated[str | None, typer.Option(
+        help="Reference text column (default: text, transcription, sentence or normalized_text, the first there).",
+        show_default=False)] = None,
     id_column: Annotated[str | None, typer.Option(help="Reference id column (default 'id' or derived).",
                                                   show_default=False)] = None,
     normalizer: Annotated[Normalizer, typer.Option(help="Text normalisation before scoring.")] = "english",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscribe.audio.sources import SourceError, SourceOptions, iter_source
+from batchscribe.audio.sources.columns import REFERENCE_COLUMNS
 from batchscribe.output.formats import read_shard
 from batchscribe.output.writers import SUMMARY_NAME
 
@@ -111,11 +112,12 @@ def references_from_records(preds: Predictions, group_columns: Sequence[str]) ->
 def load_references(
     inputs: Sequence[str],
     *,
-    text_column: str = "text",
+    text_column: str | None = None,
     id_column: str | None = None,
     group_columns: Sequence[str] = (),
 ) -> list[Reference]:
-    """Reference items of every input, in input order. Duplicate ids raise (joining would be ambiguous)."""
+    """Reference items of every input, in input order. Duplicate ids raise (joining would be ambiguous).
+    `text_column` None: the first conventional reference column there (as `run` picks one)."""
     refs: list[Reference] = []
     seen: dict[str, str] = {}
     for inp in inputs:
@@ -128,7 +130,7 @@ def load_references(
     return refs
 
 
-def _read_one(inp: str, text_column: str, id_column: str | None, groups: tuple[str, ...]) -> list[Reference]:
+def _read_one(inp: str, text_column: str | None, id_column: str | None, groups: tuple[str, ...]) -> list[Reference]:
     opts = SourceOptions(id_column=id_column, text_column=text_column, passthrough=groups)
     try:
         return [Reference(it.id, it.text, dict(it.extra), inp) for it in iter_source([inp], opts)]
@@ -142,7 +144,7 @@ def _read_one(inp: str, text_column: str, id_column: str | None, groups: tuple[s
         raise EvalInputError(f"references {inp!r}: {msg}") from exc
 
 
-def _read_table(path: Path, text_column: str, id_column: str, groups: tuple[str, ...]) -> list[Reference]:
+def _read_table(path: Path, text_column: str | None, id_column: str, groups: tuple[str, ...]) -> list[Reference]:
     if path.suffix.lower() == ".jsonl":
         with path.open(encoding="utf-8") as fh:
             rows = [json.loads(line) for line in fh if line.strip()]
@@ -150,6 +152,8 @@ def _read_table(path: Path, text_column: str, id_column: str, groups: tuple[str,
         with path.open(encoding="utf-8", newline="") as fh:
             rows = list(csv.DictReader(fh, delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
     out = []
+    if text_column is None:
+        text_column = next((c for c in REFERENCE_COLUMNS if rows and c in rows[0]), REFERENCE_COLUMNS[0])
     for i, row in enumerate(rows, 1):
         missing = [c for c in (id_column, text_column, *groups) if c not in row]
         if missing:

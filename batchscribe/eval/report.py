@@ -47,7 +47,7 @@ _VERSIONED = ("batchscribe", "jiwer", "numpy", "pyarrow")
 class EvalSettings:
     predictions: tuple[str, ...]
     references: tuple[str, ...]
-    text_column: str = "text"
+    text_column: str | None = None  # None: the first conventional reference column there
     id_column: str | None = None
     normalizer: str = "english"
     group_columns: tuple[str, ...] = ()
@@ -137,7 +137,7 @@ def evaluate(
     predictions: Path | str | Sequence[Path | str],
     references: Sequence[str] = (),
     *,
-    text_column: str = "text",
+    text_column: str | None = None,
     id_column: str | None = None,
     normalizer: str = "english",
     group_columns: Sequence[str] = (),
