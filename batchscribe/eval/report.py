@@ -18,7 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from batchscribe.eval.inputs import Predictions, Reference, load_predictions, load_references, references_from_records
+from batchscribe.eval.inputs import (
+    EvalInputError, Predictions, Reference, load_predictions, load_references, references_from_records,
+)
 from batchscribe.eval.normalize import NORMALIZERS, get_normalizer
 from batchscribe.eval.wer import (
     DEFAULT_DURATION_EDGES,
@@ -154,6 +156,12 @@ def evaluate(
     preds = load_predictions([Path(p) for p in pred_paths])
     refs = _references(preds, settings)
     ref_ids = {r.id for r in refs}
+    if settings.references and refs and preds.records and ref_ids.isdisjoint(preds.records):
+        # Not a 100 % WER of all-missing items: the wrong file, or ids read from another column.
+        raise EvalInputError(
+            f"none of the {len(ref_ids)} reference ids matches one of the {len(preds.records)} records' ids "
+            f"(references e.g. {min(ref_ids)!r}, records e.g. {min(preds.records)!r}); check that the references "
+            "are those of this run's input, or name their id column with --id-column")
     items = _score_all([(ref, preds.records.get(ref.id)) for ref in refs if ref.text is not None], settings)
     return _assemble(settings, items, preds,
                      unmatched=tuple(i for i in preds.records if i not in ref_ids),

@@ -47,3 +47,18 @@ def test_references_find_a_conventional_text_column_as_run_does(tmp_path: Path, 
     refs = {r.id: r.text for r in load_references([str(path)])}
     assert refs == {"a": "one two", "b": "three"}
     assert {r.id: r.text for r in load_references([str(path)], text_column="sentence")} == {"a": "other", "b": "x"}
+
+
+def test_references_that_match_no_record_are_named_not_scored_as_all_missing(tmp_path: Path) -> None:
+    """Another input's references (no id in common) used to give WER 100 % over 'missing' items."""
+    import json
+
+    from batchscribe.eval import evaluate
+    from tests.eval.sample_runs import write_refs
+
+    run = run_dir(tmp_path, "a", HYPS_B)
+    refs = tmp_path / "other.jsonl"
+    refs.write_text("".join(json.dumps({"id": f"x{k}", "text": "words"}) + "\n" for k in range(3)))
+    with pytest.raises(EvalInputError, match=r"none of the 3 reference ids matches one of the 5 records' ids.*'x0'.*'w1'"):
+        evaluate(run, [str(refs)])
+    assert evaluate(run, [str(write_refs(tmp_path / "refs.jsonl"))]).items  # the right file scores
