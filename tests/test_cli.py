@@ -55,6 +55,12 @@ def test_python_dash_m_help() -> None:
     (["run", "--demo", "-o", "OUT", "--num-shards", "2", "--shard-index", "2"], "shard_index=2"),
     (["run", "--demo", "-o", "/dev/null/out"], "/dev/null/out is not writable"),
     (["run", "--demo", "-o", "OUT", "--passthrough", "speaker,text"], "would overwrite record fields"),
+    # Out of range: the flag's own name, not the options object's field (num_shards=0 ...).
+    (["run", "--demo", "-o", "OUT", "--num-shards", "0"], "Invalid value for '--num-shards'"),
+    (["run", "--demo", "-o", "OUT", "--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["run", "--demo", "-o", "OUT", "--shard-size", "0"], "Invalid value for '--shard-size'"),
+    (["run", "--demo", "-o", "OUT", "--limit", "-1"], "Invalid value for '--limit'"),
+    (["run", "--demo", "-o", "OUT", "--max-errors", "-1"], "Invalid value for '--max-errors'"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_model: FakeTranscriber,
                              args: list[str], message: str) -> None:

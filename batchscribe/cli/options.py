@@ -23,7 +23,7 @@ Model = Annotated[str, typer.Option(help="Alias (tiny.en, base, ...), HF folder 
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
 DTypeOpt = Annotated[DType | None, typer.Option("--dtype", help="Default: float16 on CUDA, float32 on CPU.",
                                                 show_default=False)]
-BatchSize = Annotated[Optional[int], typer.Option(help="Decoder slots (windows decoded together); default: 16 on the "
+BatchSize = Annotated[Optional[int], typer.Option(min=1, help="Decoder slots (windows decoded together); default: 16 on the "
                                                   "CPU, sized from free memory on CUDA (up to 256).")]
 Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA in float16/bfloat16: Triton "
                                         "self-attention, FlashInfer or Triton cross-attention, FlashInfer's FA3 in "
@@ -55,7 +55,7 @@ WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
                                               help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
                                           "with no fallback.")]
-Limit = Annotated[int | None, typer.Option(help="Only the first N items (of this shard).", show_default=False)]
+Limit = Annotated[int | None, typer.Option(min=0, help="Only the first N items (of this shard).", show_default=False)]
 FormatOpt = Annotated[Format, typer.Option("--format", help="Record shard format.")]
 AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")]
 IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",
@@ -70,14 +70,14 @@ Passthrough = Annotated[list[str] | None, typer.Option(metavar="COLUMNS",
     help="Columns copied into every record (comma-separated, repeatable).", show_default=False)]
 ConfigName = Annotated[str | None, typer.Option("--config", help="Hugging Face dataset config.", show_default=False)]
 Split = Annotated[str | None, typer.Option(help="Hugging Face dataset split.", show_default=False)]
-NumShards = Annotated[int, typer.Option(help="Split the input between this many machines.")]
-ShardIndex = Annotated[int, typer.Option(help="Which part this machine does (0-based).")]
-Workers = Annotated[int | None, typer.Option(help="Audio decoding processes (0: in-process); default: cores - 1 on "
+NumShards = Annotated[int, typer.Option(min=1, help="Split the input between this many machines.")]
+ShardIndex = Annotated[int, typer.Option(min=0, help="Which part this machine does (0-based).")]
+Workers = Annotated[int | None, typer.Option(min=0, help="Audio decoding processes (0: in-process); default: cores - 1 on "
                                              "the CPU, and on a GPU three quarters of the cores (at most 12) as "
                                              "threads.", show_default=False)]
-MaxErrors = Annotated[int | None, typer.Option(help="Stop with exit code 1 once more items than this have failed "
+MaxErrors = Annotated[int | None, typer.Option(min=0, help="Stop with exit code 1 once more items than this have failed "
                                                "(committed error records count; see --retry-errors).", show_default=False)]
-ShardSize = Annotated[int, typer.Option(help="Records per shard file (a shard is also committed after 60 s).")]
+ShardSize = Annotated[int, typer.Option(min=1, help="Records per shard file (a shard is also committed after 60 s).")]
 Overwrite = Annotated[bool, typer.Option("--overwrite", help="Delete earlier records in --output (every --shard-index part's) instead of resuming.")]
 RetryErrors = Annotated[bool, typer.Option("--retry-errors", help="Transcribe again the items whose committed record is "
                                            "an error (after fixing them); each is replaced, once.")]
@@ -96,5 +96,5 @@ FleetDevices = Annotated[str | None, typer.Option("--fleet-devices", hidden=True
 Ray = Annotated[str | None, typer.Option("--ray", metavar="[ADDRESS]", help="Run on Ray Data: --ray alone (or "
                                          "--ray local) starts a local cluster; --ray ADDRESS (or auto) joins one "
                                          "(needs the ray extra).", show_default=False)]
-RayWorkers = Annotated[int | None, typer.Option("--ray-workers", help="Transcribing Ray actors (one engine each; "
+RayWorkers = Annotated[int | None, typer.Option("--ray-workers", min=1, help="Transcribing Ray actors (one engine each; "
                                                 "one GPU each on a GPU cluster); default 1.", show_default=False)]
