@@ -49,7 +49,7 @@ Result = tuple[np.ndarray | Spilled | None, str | None]
 
 def quiet_worker(run_pid: int | None = None) -> None:
     """A decode process's initializer. Ctrl-C, SIGTERM and SIGHUP reach the whole process group; the
-    run handles them (commits, writes the summary, shuts this pool down), so a worker ignores both: no
+    run handles them (commits, writes the summary, shuts this pool down), so a worker ignores them: no
     KeyboardInterrupt traceback, and no worker death the pool would take for a crashing decoder.
     It exits by itself once the run (`run_pid`) or its parent is gone (a run killed outright),
     instead of waiting forever for work. Both: a forkserver's worker is the server's child, and
