@@ -188,8 +188,7 @@ def _isolate(pending: _Pending, decoder: Decoder | None, spill: str | None) -> I
                     results = future.result()
                 except BrokenProcessPool:
                     pool.shutdown(wait=True)
-                    pool = _new_pool(1)
-                    _check_workers_start(pool)  # not this item's fault if a worker cannot even start
+                    _check_workers_start()  # not this item's fault if a worker cannot even start
                     pool = _new_pool(1)
                     results = [(None, (
                         "the decoder process died while decoding this item (a crash in a native "
@@ -207,11 +206,12 @@ class DecodeWorkersError(RuntimeError):
     """Decode worker processes die before decoding anything: no item's fault, so no item's error."""
 
 
-def _check_workers_start(pool: Executor) -> None:
-    """Raise DecodeWorkersError if a worker of `pool` dies on a task that decodes nothing (the
-    pool is then broken; the caller makes a new one either way). Seen: a script that calls run()
-    without a main guard, which multiprocessing runs again in every worker, where it stops; each
-    item was blamed on its audio ("probably corrupt") and the run ended "complete" with 0 ok."""
+def _check_workers_start() -> None:
+    """Raise DecodeWorkersError if a new worker dies on a task that decodes nothing. Seen: a script
+    that calls run() without a main guard, which multiprocessing runs again in every worker, where
+    it stops; each item was blamed on its audio ("probably corrupt"), and the run ended "complete"
+    with 0 ok."""
+    pool = _new_pool(1)
     try:
         pool.submit(decode_many, [], None, None).result()
     except BrokenProcessPool:

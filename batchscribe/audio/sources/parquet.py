@@ -61,17 +61,18 @@ def read_parquet(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
         _read_bytes(pfile.metadata.row_group(group).total_byte_size)
 
 
-_unreleased = [0]  # bytes read since Arrow's free pages were last handed back (any reader, any file)
+_unreleased = 0  # bytes read since Arrow's free pages were last handed back (any reader, any file)
 
 
 def _read_bytes(n: int) -> None:
     """Count `n` bytes read; hand Arrow's free pages back once _RELEASE_BYTES have been. Readers on
     two threads may race on the count: a release comes a little early or late, nothing worse."""
+    global _unreleased
     import pyarrow as pa
 
-    _unreleased[0] += n
-    if _unreleased[0] >= _RELEASE_BYTES:
-        _unreleased[0] = 0
+    _unreleased += n
+    if _unreleased >= _RELEASE_BYTES:
+        _unreleased = 0
         pa.default_memory_pool().release_unused()
 
 
