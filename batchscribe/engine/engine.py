@@ -13,16 +13,20 @@ import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import replace
+from functools import partial
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from batchscribe.attention.registry import build_backend
 from batchscribe.engine.alignment import Aligner, AlignWindow, PendingAlignment
+from batchscribe.engine.cpu_numerics import REPRODUCIBLE, threads_agree
 from batchscribe.engine.encoder import WindowEncoder
-from batchscribe.engine.graphs import EncoderGraphs, StepGraphs, one_step_seconds
+from batchscribe.engine.graphs import EncoderGraphs, PassGraphs, StepGraphs, one_step_seconds
 from batchscribe.engine.pinned import PinnedArena, to_device_async
-from batchscribe.engine.prefill import prefill_groups, prefill_prompts
+from batchscribe.engine.prefill import prefill_groups, prefill_packed, prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, default_buckets, steps_per_check
@@ -65,11 +69,19 @@ class Engine:
             max_batch=1 if config.batch_invariant and device.type != "cuda" else min(n_slots, 16),
             graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
+        # Batch-invariant on the CPU without MKL's reproducible mode: steps on the math attention
+        # (engine/cpu_numerics.py)
+        self.math_steps = config.batch_invariant and device.type == "cpu" and not threads_agree()
+        if self.math_steps:
+            log.warning("--batch-invariant on the CPU: MKL ran before MKL_CBWR could be set in this process, so "
+                        "the decode steps use torch's math attention (slower) to stay invariant; set "
+                        "MKL_CBWR=%s in the environment before Python starts for the fast path", REPRODUCIBLE)
         # Steps per look: on CUDA sized from a measured step once graphs are captured.
         self.steps_per_look = MAX_STEPS_PER_CHECK if device.type == "cuda" else 1
         self.look = self._look(self.steps_per_look)
         self.graphs: StepGraphs | None = None
         self.encoder_graphs: EncoderGraphs | None = None
+        self.prefill_graphs: PassGraphs | None = None  # batch-invariant: its one prefill shape, on first use
         if device.type == "cuda":
             self.encoder.warm_up()
             if self.aligner is not None:
@@ -97,6 +109,9 @@ class Engine:
         self.graphs.capture(sample=False)
         self.encoder_graphs = EncoderGraphs(self.encoder, self.encoder.chunk_sizes, self.device)
         self.encoder_graphs.capture()
+        if self.config.batch_invariant:  # a partial, not a bound method: graphs must not refer to the engine
+            prefill = partial(prefill_packed, self.model, self.cache)
+            self.prefill_graphs = PassGraphs(prefill, self.device, 1, "the prompt prefill")
 
     # -- admission -----------------------------------------------------------------------------
 
@@ -130,7 +145,11 @@ class Engine:
         cuda, invariant = self.device.type == "cuda", self.config.batch_invariant
         for group, length in prefill_groups(prompted, sots, self.n_ctx, cuda, invariant):
             rows = to_device_async(torch.tensor(group), self.device)  # no stream sync: looks stay queued
-            prefill_prompts(self.model, self.cache, staged.prompts[rows, :length], staged.slot_ids[rows])
+            tokens, slot_ids = staged.prompts[rows, :length], staged.slot_ids[rows]  # [G, length], [G]
+            if self.prefill_graphs is not None:
+                self.prefill_graphs.run(torch.cat([slot_ids[:, None], tokens], 1))
+            else:
+                prefill_prompts(self.model, self.cache, tokens, slot_ids)
         self.timings["admit_stage"] += t1 - t0
         self.timings["admit_encode"] += t2 - t1
         self.timings["admit_setup"] += time.perf_counter() - t2
@@ -163,8 +182,9 @@ class Engine:
             # Batch-invariant: every step over all the slots, as its one captured bucket does (rows
             # past n_rows are free: their results are never read).
             width = self.n_slots if self.config.batch_invariant else n_rows
-            for _ in range(steps):
-                self.look.step(width, kv_len, sample)
+            with sdpa_kernel(SDPBackend.MATH) if self.math_steps else nullcontext():
+                for _ in range(steps):
+                    self.look.step(width, kv_len, sample)
         self.slots.stepped(n_rows, steps)
         self.snapshots.queue(self.slots.rows_in_use(), self.slots.generation, packed)
 

@@ -1,5 +1,6 @@
 """CUDA graphs over static buffers: a look's decode steps per row bucket, the admission encoder
-per chunk size, and the word-timestamp alignment pass per token bucket. Only this module captures.
+per chunk size, and packed passes per length (the word-timestamp alignment pass per token bucket,
+a batch-invariant engine's prompt prefill at its one shape). Only this module captures.
 
 A look (step.Look) reads and writes only persistent tensors (the static caches and the slot state),
 so capturing it once per bucket and replaying it is the whole trick: the engine picks the smallest
@@ -201,22 +202,25 @@ def replay_seconds(graph: torch.cuda.CUDAGraph, repeats: int) -> float:
 
 
 class PassGraphs:
-    """A pass over one packed input row per window (the alignment pass: engine/alignment.py),
-    captured per row length, over one static input each, into one memory pool (replays never
-    overlap). `forward(packed [B, fields + L] long on the device, size)` only queues work.
+    """A pass over one packed input row per window (the alignment pass: engine/alignment.py; the
+    batch-invariant prompt prefill: engine/prefill.py), captured per row length, over one static
+    input each, into one memory pool (replays never overlap). `forward(packed [B, fields + L] long
+    on the device, size)` only queues work; `what` names the pass in the log.
 
     NOTE: a length's static input and outputs are rewritten by its next replay. The caller queues
-    its copies of the outputs right behind each replay, so stream order keeps them ahead of it."""
+    its copies of the outputs right behind each replay, so stream order keeps them ahead of it.
+    The capture's warm-up runs `forward` once on the real input: a pass that writes (the prefill)
+    must write the same thing when run twice."""
 
-    def __init__(self, forward: Callable, device: torch.device, fields: int):
-        self.forward, self.device, self.fields = forward, device, fields
+    def __init__(self, forward: Callable, device: torch.device, fields: int, what: str = "the alignment pass"):
+        self.forward, self.device, self.fields, self.what = forward, device, fields, what
         self.captured: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, tuple]] = {}
         self.pool = None
 
-    def run(self, packed: torch.Tensor, size: tuple[int, int]):
-        """The pass over `packed` ([B, fields + L] long on the host, pinned: the batch's own buffer,
-        kept by the caller until the copy has run) by replay, capturing its length first; only
-        queues work after the first capture. Returns the static outputs."""
+    def run(self, packed: torch.Tensor, size: tuple[int, int] | None = None):
+        """The pass over `packed` ([B, fields + L] long: on the host, pinned, the batch's own buffer
+        kept by the caller until the copy has run; or on the device) by replay, capturing its length
+        first; only queues work after the first capture. Returns the static outputs."""
         length = packed.shape[1]
         if length not in self.captured:
             self._capture(packed.to(self.device), size)
@@ -225,14 +229,14 @@ class PassGraphs:
         graph.replay()
         return out
 
-    def _capture(self, static: torch.Tensor, size: tuple[int, int]) -> None:
+    def _capture(self, static: torch.Tensor, size: tuple[int, int] | None) -> None:
         warm_up(lambda: self.forward(static, size), self.device)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self.pool, capture_error_mode="thread_local"):
             out = self.forward(static, size)
         self.pool = graph.pool()
         self.captured[static.shape[1]] = (graph, static, out)
-        log.info("captured the alignment pass for %d windows of %d tokens", static.shape[0], static.shape[1] - self.fields)
+        log.info("captured %s for %d rows of %d tokens", self.what, static.shape[0], static.shape[1] - self.fields)
 
     def clear(self) -> None:
         self.captured.clear()

@@ -10,7 +10,8 @@ their own sot too; those positions are written again by the step that feeds them
 reads them (the self-attention mask stops at the row's position), so they never count.
 
 A batch-invariant engine gives every prefill one shape, since the pass's GEMM kernels change with
-it (`prefill_groups`).
+it (`prefill_groups`); with CUDA graphs that one shape is captured (`prefill_packed`, the engine's
+PassGraphs): eagerly each prefill is a few hundred launches, each waiting for the GIL.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def prefill_prompts(
     """Write self-attention K/V for positions [0, P) of each row into `slots` of `cache`."""
     with sdpa_kernel(EAGER_BACKENDS):
         _prefill(model, cache, tokens, slots)
+
+
+def prefill_packed(model: Whisper, cache: DecoderCache, packed: torch.Tensor, _size: object = None) -> None:
+    """`prefill_prompts` over one packed input, [G, 1 + P] long: each row's slot, then its tokens
+    (one static input for a graph; graphs.PassGraphs's `forward`)."""
+    prefill_prompts(model, cache, packed[:, 1:], packed[:, 0])
 
 
 def _prefill(model: Whisper, cache: DecoderCache, tokens: torch.Tensor, slots: torch.Tensor) -> None:

@@ -12,6 +12,7 @@ import torch
 from batchscribe.attention.registry import AttentionPlan, resolve_attention
 from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine import triton_select
+from batchscribe.engine.cpu_numerics import request_reproducible_mkl
 from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP, default_kv_buckets, slots_for_memory
 from batchscribe.model import encoder_triton
 from batchscribe.model.cache import DecoderCache
@@ -103,6 +104,8 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
+    if options.batch_invariant and not cuda:
+        request_reproducible_mkl()  # before the weights load: MKL reads it at its first call
     if options.batch_invariant and plan.self_kernel == "sdpa":
         # SDPA's sums change with the attended (masked) length; the Triton kernel's do not (measured)
         kv_buckets = (dims.n_text_ctx,)

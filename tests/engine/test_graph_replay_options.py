@@ -31,8 +31,18 @@ def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
 
 
 def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
-    graphed, plain, _ = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
+    graphed, plain, engine = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT)
     assert graphed == plain
+    assert engine.prefill_graphs is None  # the default prefill's shape changes with each admission
+
+
+def test_graph_replay_equals_eager_with_a_prompt_batch_invariant(tiny_en_dir, utterances) -> None:
+    """Batch-invariant prefills have one shape, captured on first use and replayed after: the same
+    records as the eager prefill, bit for bit (the same kernels at the same shape)."""
+    graphed, plain, engine = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT, batch_invariant=True)
+    assert list(engine.prefill_graphs.captured) == [1 + engine.n_ctx // 2]  # slot + the whole prompt budget
+    assert graphed == plain
+    assert all(r["text"].strip() for r in graphed)
 
 
 def test_a_prompted_admission_never_waits_for_the_gpu(tiny_en_dir, utterances) -> None:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.engine.prefill import INVARIANT_GROUP, prefill_groups, prefill_prompts
+from batchscribe.engine.prefill import INVARIANT_GROUP, prefill_groups, prefill_packed, prefill_prompts
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
@@ -41,6 +41,23 @@ def test_prefill_writes_what_the_steps_write(hnd: bool, cross_dtype: torch.dtype
                 # What a row's own steps will read: its prompt positions.
                 torch.testing.assert_close(a[slot, : lengths[row]], b[slot, : lengths[row]], rtol=1e-5, atol=1e-5)
             assert not a[[0, 2]].any()  # other slots untouched
+
+
+def test_the_packed_prefill_is_the_prefill() -> None:
+    """The graph's form (one [G, 1 + P] input: slot, then tokens) writes what the two-tensor call
+    writes, and only into its slots."""
+    torch.manual_seed(0)
+    model = Whisper(DIMS).eval()
+    enc = torch.randn(2, DIMS.n_audio_ctx, DIMS.n_audio_state)
+    slots, tokens = torch.tensor([2, 0]), torch.randint(0, DIMS.n_vocab, (2, 6))
+    caches = [DecoderCache.allocate(DIMS, 4, "cpu", torch.float32, None, True) for _ in range(2)]
+    for cache in caches:
+        model.write_cross_kv(cache, enc, slots)
+    prefill_prompts(model, caches[0], tokens, slots)
+    prefill_packed(model, caches[1], torch.cat([slots[:, None], tokens], 1))
+    for a, b in zip(caches[0].tensors(), caches[1].tensors()):
+        assert torch.equal(a, b)
+    assert caches[1].self_k[0][slots].any() and not caches[1].self_k[0][[1, 3]].any()
 
 
 @pytest.mark.gpu
