@@ -1,4 +1,5 @@
-"""The context every process pool of batchscribe starts its workers from."""
+"""The context every process pool of batchscribe starts its workers from, and the pool itself:
+workers deaf to the stop signals the run handles, and gone once the run is."""
 
 from __future__ import annotations
 
@@ -6,8 +7,12 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.forkserver
 import multiprocessing.resource_tracker
+import os
 import signal
 import sys
+import threading
+import time
+from concurrent.futures import ProcessPoolExecutor
 
 
 def process_context(preload: list[str]) -> multiprocessing.context.BaseContext:
@@ -34,3 +39,47 @@ def process_context(preload: list[str]) -> multiprocessing.context.BaseContext:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return context
+
+
+def process_pool(workers: int, preload: list[str]) -> ProcessPoolExecutor:
+    """A pool of `workers` processes started from `process_context(preload)`, each running
+    `quiet_worker` for this process: none outlives it, however it ends."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=process_context(preload), initializer=quiet_worker,
+                               initargs=(os.getpid(),))
+
+
+def quiet_worker(run_pid: int | None = None) -> None:
+    """A pool worker's initializer. Ctrl-C, SIGTERM and SIGHUP reach the whole process group; the
+    run handles them (commits, writes the summary, shuts its pools down), so a worker ignores them:
+    no KeyboardInterrupt traceback, and no worker death the pool would take for a crashing task.
+    It exits by itself once the run (`run_pid`) or its parent is gone (a run killed outright),
+    instead of waiting forever for work. Both: a forkserver's worker is the server's child, and
+    holds the pipe whose end tells the server that the run died, so the server outlives the run
+    as long as its workers do (seen: both left running after a SIGKILL of the run)."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent and (run_pid is None or alive(run_pid)):
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="batchscribe-parent-watch", daemon=True).start()
+
+
+def alive(pid: int) -> bool:
+    """Is `pid` running (not gone, not a zombie waiting for its parent to reap it)?"""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): ask the kernel
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except OSError:  # e.g. another user's process: alive
+            pass
+        return True

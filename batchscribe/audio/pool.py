@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import multiprocessing
 import os
 import shutil
 from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,8 +26,8 @@ import numpy as np
 from batchscribe.audio.inflight import ChunkSizer, InFlight
 from batchscribe.audio.read_ahead import read_ahead
 from batchscribe.audio.sources import SourceItem
-from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, quiet_worker, read_back
-from batchscribe.process_context import process_context
+from batchscribe.audio.worker import Decoder, Result, decode_many, decode_one, new_spill_dir, read_back
+from batchscribe.process_context import process_pool
 from batchscribe.stops import deferred
 
 # Tasks: each a chunk of consecutive items and the future of their results, in order.
@@ -225,16 +224,11 @@ def _check_workers_start() -> None:
         pool.shutdown(wait=True)
 
 
-def _context() -> multiprocessing.context.BaseContext:
-    # The server imports the decoders once, and workers fork from it ready to decode.
-    return process_context(["batchscribe.audio.worker"])
-
-
 def _new_pool(workers: int, threads: bool = False) -> Executor:
     if threads:
         return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="batchscribe-decode")
-    return ProcessPoolExecutor(max_workers=workers, mp_context=_context(), initializer=quiet_worker,
-                               initargs=(os.getpid(),))
+    # The server imports the decoders once, and workers fork from it ready to decode.
+    return process_pool(workers, ["batchscribe.audio.worker"])
 
 
 def _broken_future() -> Future[list[Result]]:

@@ -10,10 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import tempfile
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +19,7 @@ import numpy as np
 from batchscribe.audio.decode import AudioDecodeError, decode_audio
 from batchscribe.audio.ram_dir import RAM_DIR
 from batchscribe.audio.sources import SourceItem
+from batchscribe.process_context import alive
 
 # A decoder takes encoded bytes or a path and returns float32 mono 16 kHz samples. It must be a
 # module-level function so worker processes can unpickle it.
@@ -47,43 +45,6 @@ class Spilled:
 Result = tuple[np.ndarray | Spilled | None, str | None]
 
 
-def quiet_worker(run_pid: int | None = None) -> None:
-    """A decode process's initializer. Ctrl-C, SIGTERM and SIGHUP reach the whole process group; the
-    run handles them (commits, writes the summary, shuts this pool down), so a worker ignores them: no
-    KeyboardInterrupt traceback, and no worker death the pool would take for a crashing decoder.
-    It exits by itself once the run (`run_pid`) or its parent is gone (a run killed outright),
-    instead of waiting forever for work. Both: a forkserver's worker is the server's child, and
-    holds the pipe whose end tells the server that the run died, so the server outlives the run
-    as long as its workers do (seen: both left running after a SIGKILL of the run)."""
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.SIG_IGN)
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent and (run_pid is None or _alive(run_pid)):
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="batchscribe-parent-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    """Is `pid` running (not gone, not a zombie waiting for its parent to reap it)?"""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except FileNotFoundError:
-        return False
-    except OSError:  # no /proc (macOS): ask the kernel
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except OSError:  # e.g. another user's process: alive
-            pass
-        return True
-
-
 def new_spill_dir() -> str:
     """This run's spill folder, made after removing the folders of runs that were killed."""
     _sweep_spills(RAM_DIR or tempfile.gettempdir())
@@ -101,7 +62,7 @@ def _sweep_spills(parent: str) -> None:
         if not name.startswith(SPILL_PREFIX):
             continue
         pid = name[len(SPILL_PREFIX):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not alive(int(pid)):
             shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 

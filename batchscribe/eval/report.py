@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from itertools import repeat
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from batchscribe.eval.wer import (
     total,
 )
 from batchscribe.output.writers import package_versions
-from batchscribe.process_context import process_context
+from batchscribe.process_context import process_pool
 
 SOURCE_GROUP = "source"  # group column meaning "the reference input the item came from"
 # Normalising and aligning is ~0.5 ms an item: past this many, score in worker processes (a
@@ -187,7 +186,7 @@ def _score_all(todo: list[tuple[Reference, dict[str, Any] | None]], s: EvalSetti
     keep = {"text", "error", "duration", *s.group_columns}
     slim = [(ref, None if rec is None else {k: v for k, v in rec.items() if k in keep}) for ref, rec in todo]
     chunks = [slim[i : i + CHUNK_ITEMS] for i in range(0, len(slim), CHUNK_ITEMS)]
-    with ProcessPoolExecutor(workers, mp_context=process_context(["batchscribe.eval.report"])) as pool:
+    with process_pool(workers, ["batchscribe.eval.report"]) as pool:
         parts = pool.map(_score_chunk, chunks, repeat(s.normalizer), repeat(s.group_columns))
         return tuple(item for part in parts for item in part)
 

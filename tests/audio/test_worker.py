@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from batchscribe.audio.worker import _alive
+from batchscribe.process_context import alive
 
 # A run's decode pool, stopped mid-stream: decode workers (forkserver children) busy or idle.
 _RUN = textwrap.dedent("""
@@ -37,28 +37,16 @@ def test_decode_workers_and_their_server_end_when_the_run_is_killed_outright(tmp
     proc = subprocess.Popen([sys.executable, "-c", _RUN, str(clip)], stdout=subprocess.PIPE, text=True)
     try:
         workers = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
-        assert len(workers) == 2 and all(_alive(p) for p in workers)
+        assert len(workers) == 2 and all(alive(p) for p in workers)
         servers = {_parent(p) for p in workers}  # the forkserver
         assert proc.pid not in servers
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(p) for p in [*workers, *servers]):
+    while time.monotonic() < deadline and any(alive(p) for p in [*workers, *servers]):
         time.sleep(0.2)
-    assert not [p for p in [*workers, *servers] if _alive(p)]
-
-
-def test_alive_tells_a_running_process_from_a_finished_one() -> None:
-    assert _alive(os.getpid())
-    done = subprocess.Popen([sys.executable, "-c", "pass"])
-    done.wait()
-    assert not _alive(done.pid)
-    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
-    while Path(f"/proc/{zombie.pid}/stat").exists() and b") Z" not in Path(f"/proc/{zombie.pid}/stat").read_bytes():
-        time.sleep(0.05)
-    assert not _alive(zombie.pid)  # exited, not yet reaped: gone for a worker's purposes
-    zombie.wait()
+    assert not [p for p in [*workers, *servers] if alive(p)]
 
 
 def _parent(pid: int) -> int:
