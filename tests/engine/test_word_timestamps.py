@@ -84,6 +84,43 @@ def test_long_form_words_seek_like_openai(tiny_words, tiny_en_dir, shared_data) 
     assert len(ours) >= 3 and ours[:2] == theirs[:2]
 
 
+def test_without_timestamps_words_seek_like_openai(tiny_en_dir, shared_data) -> None:
+    """--without-timestamps --word-timestamps: a window has no timestamp to end on, so the next one
+    starts at its last word's end, as openai's transcribe() does (its single_timestamp_ending is
+    never true without timestamps), not 30 s on; a segment its words leave zero-length is emptied.
+    The rule can leave a short remainder that is decoded again; on such a tail tiny.en may repeat a
+    word ("you") where openai's decode is silent: its tail window's log-mel is padded with 0.0, ours
+    is the log-mel of zero samples (features, not the seek rule), so the tail is not compared."""
+    from batchscribe.api import Transcriber
+    from batchscribe.audio.decode import decode_audio
+    from tests.engine.helpers import openai_wer
+
+    audio = decode_audio(shared_data / "longform" / "librivox-sonnets" / "p001.mp3")  # 53 s
+    record = Transcriber(str(tiny_en_dir), device="cpu", batch_size=4, without_timestamps=True, word_timestamps=True,
+                         **GREEDY).transcribe(audio, sample_rate=16000)  # fmt: skip
+    _check_words(record)
+    ref = whisper.transcribe(openai_model(tiny_en_dir), audio, temperature=0.0, condition_on_previous_text=False,
+                             fp16=False, language="en", word_timestamps=True, without_timestamps=True)
+    ours, theirs = record["segments"], ref["segments"]
+    print(f"\nours {[(s['seek'], s['start'], s['end'], s['text'][-12:]) for s in ours]}"
+          f"\nopenai {[(s['seek'], round(s['start'], 2), round(s['end'], 2), s['text'][-12:]) for s in theirs]}")
+    # The speech windows: the second starts where the first's last word ends (29.98 s), in both.
+    spoken = [s for s in theirs if s["text"]]
+    assert [s["seek"] for s in spoken] == [s["seek"] for s in ours[: len(spoken)]] == [0, 2998]
+    for a, b in zip(ours, spoken):
+        assert abs(a["start"] - b["start"]) <= 0.04 and abs(a["end"] - b["end"]) <= 0.04
+        assert openai_wer(b["text"], a["text"]) <= 0.05
+    # Every next window starts at the last word's end of the one before.
+    windows = [[s for s in ours if s["seek"] == seek] for seek in sorted({s["seek"] for s in ours})]
+    for window, following in zip(windows, windows[1:]):
+        words = [w for s in window for w in s["words"]]
+        assert following[0]["seek"] == round(words[-1]["end"] * 100)
+    # openai empties a segment whose words leave it no length; so do we. Anything more is the tail.
+    for segments in (ours, theirs):
+        assert all(s["start"] < s["end"] for s in segments if s["text"] or s["words"])
+    assert all(s["start"] >= spoken[-1]["end"] - 0.04 for s in ours[len(spoken):])
+
+
 def test_cli_run_with_word_timestamps_then_export(tmp_path, tiny_en_dir) -> None:
     """`run --word-timestamps` writes words (Parquet here); the setting is part of the folder's
     identity; `export` reads the records back."""
