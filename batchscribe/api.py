@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -22,20 +21,19 @@ from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_labe
 from batchscribe.audio.decode.base import AudioDecodeError
 from batchscribe.audio.vad import SpeechDetector
 from batchscribe.audio.vad_stream import SpeechStage, VadBatching
-from batchscribe.config import ConfigError, DecodeOptions, EngineOptions, default_cache_dir
+from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.constants import SAMPLE_RATE
 from batchscribe.engine.engine import build_engine
 from batchscribe.engine.pinned import PinnedArena
 from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
-from batchscribe.engine.setup import EngineConfig, resolve_engine
+from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.windows import WindowPlanner, step_spec
-from batchscribe.model.alignment_heads import resolve_alignment_heads
 from batchscribe.model.dims import ModelDims
-from batchscribe.model.tokenizer import Tokenizer, TokenizerError
 from batchscribe.model.whisper import Whisper
+from batchscribe.model_check import ModelFiles, check_language_and_task
 from batchscribe.output.verbose_json import make_error_record, transcript_record
-from batchscribe.weights import load_state_dict, resolve_model
+from batchscribe.weights import load_state_dict
 from batchscribe.weights.digest import weights_sha256
 
 
@@ -76,30 +74,6 @@ class ModelInfo:
     attention: str = "sdpa/sdpa/float32"  # self-attention kernel / cross-attention kernel / cross K/V dtype
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
-def _origin(folder: Path) -> str:
-    """The alias a converted folder was made from ("alias tiny.en" -> "tiny.en"), else ""."""
-    origin = str(_read_json(folder / "batchscribe_source.json").get("origin", ""))
-    return origin.removeprefix("alias ")
-
-
-def _check_language_and_task(tokenizer: Tokenizer, options: DecodeOptions) -> None:
-    """A language or task the model cannot do is a usage error, found before the weights load."""
-    try:
-        tokenizer.sot_sequence(options.language, options.task)
-    except TokenizerError as exc:
-        flag = "--task" if options.task != "transcribe" and "task" in str(exc) else "--language"
-        raise ConfigError(f"{exc} (check {flag})") from exc
-    if options.initial_prompt and tokenizer.is_multilingual and options.language is None:
-        # openai detects the language from the audio alone; here detection happens in the window's
-        # own decode, where a prompt before <|startoftranscript|> would sway it.
-        raise ConfigError("--initial-prompt with a multilingual model needs --language (e.g. --language en): "
-                          "the language is detected in the same decode the prompt conditions")
-
-
 def _engine_options(engine: EngineOptions | None, **given: Any) -> EngineOptions:
     """`engine=EngineOptions(...)`, or the same fields as keywords; not both."""
     if engine is None:
@@ -117,12 +91,13 @@ class Transcriber:
     Engine settings come as `engine=EngineOptions(...)` or as the keywords device, dtype, batch_size,
     cuda_graphs, attention, cross_kv, encoder_precision and batch_invariant; decoding options as
     `decode=DecodeOptions(...)` or as DecodeOptions' field names. Each set of decoding options gets
-    its own engine (slots, caches, graphs), built on first use.
+    its own engine (slots, caches, graphs), built on first use. `model`: a name (alias, folder or hub
+    id, resolved in `cache_dir`), or a ModelFiles already resolved (`cache_dir` is then its own).
     """
 
     def __init__(
         self,
-        model: str = "tiny.en",
+        model: str | ModelFiles = "tiny.en",
         device: str = "auto",
         dtype: str | None = None,
         batch_size: int | None = None,
@@ -147,26 +122,21 @@ class Transcriber:
                                               cuda_graphs=cuda_graphs, attention=attention, cross_kv=cross_kv,
                                               encoder_precision=encoder_precision,
                                               batch_invariant=batch_invariant)  # fmt: skip
-        cache = Path(cache_dir) if cache_dir else default_cache_dir()
-        folder = resolve_model(model, cache_dir=cache)
-        config = _read_json(folder / "config.json")
-        dims = ModelDims.from_hf_config(config)
-        resolved = resolve_engine(self.engine_options, dims)  # usage errors before the weights load
-        self._prewarm = Prewarm(resolved, dims)  # the GPU libraries load while the weights do
-        self.tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
-        _check_language_and_task(self.tokenizer, self.options)
-        generation = _read_json(folder / "generation_config.json")
-        self._model_facts = (generation, dims, (model, folder.name, _origin(folder)), model)
-        # Resolved before the weights load when asked for: a model without heads is a usage error.
-        self.alignment_heads = resolve_alignment_heads(*self._model_facts) if self.options.word_timestamps else None
-        self.weights_sha256 = weights_sha256(folder, cache)  # pins a run's records to these weights
+        # Usage errors (model, language, task, engine options) before the weights load.
+        files = model if isinstance(model, ModelFiles) else ModelFiles.resolve(model, cache_dir)
+        resolved = files.check(self.options, self.engine_options)
+        self._prewarm = Prewarm(resolved, files.dims)  # the GPU libraries load while the weights do
+        self.tokenizer, self._files = files.tokenizer, files
+        dims, folder, config, generation = files.dims, files.folder, files.config, files.generation
+        self.alignment_heads = files.alignment_heads() if self.options.word_timestamps else None
+        self.weights_sha256 = weights_sha256(folder, files.cache)  # pins a run's records to these weights
         with torch.device("meta"):  # no random init to overwrite: every tensor comes from the checkpoint
             self.model = Whisper(dims).eval()
         self.model.load_hf_state_dict(load_state_dict(folder), assign=True)
         self.model.to(device=resolved.device, dtype=resolved.dtype)
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
         self.config: EngineConfig = resolved.with_slots(dims)  # free memory is read after the weights
-        self.model_info = ModelInfo(model, str(folder), dims, str(self.config.device), self.config.dtype_name,
+        self.model_info = ModelInfo(files.name, str(folder), dims, str(self.config.device), self.config.dtype_name,
                                     self.config.attention.describe(self.config.dtype))  # fmt: skip
         self._schedulers: dict[DecodeOptions, Scheduler] = {}
         self._speech_detector: SpeechDetector | None = None
@@ -186,13 +156,13 @@ class Transcriber:
         """A new engine and its scheduler for `options` (default: this transcriber's), on `config`
         (default: this transcriber's; e.g. `dataclasses.replace(t.config, cuda_graphs=False)`)."""
         options = options or self.options
-        _check_language_and_task(self.tokenizer, options)  # options given per call are checked too
+        check_language_and_task(self.tokenizer, options)  # options given per call are checked too
         self.tokenizer.build_decode_tables()  # host work, done while the Prewarm thread waits on the GPU
         self._prewarm.join()
         spec = step_spec(self.tokenizer, options, self.model_suppress, self.model.dims.n_text_ctx)
         heads = None
         if options.word_timestamps:
-            heads = self.alignment_heads = self.alignment_heads or resolve_alignment_heads(*self._model_facts)
+            heads = self.alignment_heads = self.alignment_heads or self._files.alignment_heads()
         engine = build_engine(self.model, spec, config or self.config, heads)
         return Scheduler(engine, WindowPlanner(self.tokenizer, options))
 

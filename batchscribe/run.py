@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -33,6 +33,9 @@ from batchscribe.run_options import RunOptions, RunResult, TooManyErrors  # noqa
 from batchscribe.sink import CompletedFilter, ProgressCallback, Sink, estimate_total, first_pending, run_summary
 from batchscribe.stops import Terminated, deferred, stop_signals  # noqa: F401 (Terminated: what run() raises)
 from batchscribe.version import __version__
+
+if TYPE_CHECKING:
+    from batchscribe.model_check import ModelFiles
 
 
 class TranscriberLike(Protocol):
@@ -55,23 +58,37 @@ class TranscriberLike(Protocol):
 TranscriberFactory = Callable[[RunOptions], TranscriberLike]
 
 
-def default_transcriber(opts: RunOptions) -> TranscriberLike:
+def default_transcriber(opts: RunOptions, files: ModelFiles | None = None) -> TranscriberLike:
+    """The Transcriber for `opts`; `files`: the model as `check_model` found it (else resolved now)."""
     from batchscribe.api import Transcriber
 
-    check_item_prompts(opts)
-    return Transcriber(model=opts.model, cache_dir=opts.cache_dir, decode=opts.decode, engine=opts.engine)
+    return Transcriber(model=files or check_model(opts), decode=opts.decode, engine=opts.engine)
 
 
-def check_item_prompts(opts: RunOptions) -> None:
+def check_model(opts: RunOptions) -> ModelFiles:
+    """The model's files, read and checked without its weights: an unknown model, a language or task
+    it cannot do, an engine option or --prompt-column it does not fit are usage errors now."""
+    from batchscribe.model_check import ModelFiles
+
+    files = ModelFiles.resolve(opts.model, opts.cache_dir)
+    files.check(opts.decode, opts.engine)
+    check_item_prompts(opts, files.dims.is_multilingual)
+    return files
+
+
+def check_item_prompts(opts: RunOptions, multilingual: bool | None = None) -> None:
     """--prompt-column on a multilingual model needs --language: a usage error before the weights
-    load (the engine would otherwise refuse the first prompted item mid-run)."""
+    load (the engine would otherwise refuse the first prompted item mid-run). `multilingual`: the
+    model's, if known (else read from its config)."""
     if opts.source.prompt_column is None or opts.decode.language is not None:
         return
-    from batchscribe.model.dims import ModelDims
-    from batchscribe.weights import resolve_model
+    if multilingual is None:
+        from batchscribe.model.dims import ModelDims
+        from batchscribe.weights import resolve_model
 
-    folder = resolve_model(opts.model, cache_dir=opts.cache_dir)
-    if ModelDims.from_hf_config(json.loads((folder / "config.json").read_text())).is_multilingual:
+        folder = resolve_model(opts.model, cache_dir=opts.cache_dir)
+        multilingual = ModelDims.from_hf_config(json.loads((folder / "config.json").read_text())).is_multilingual
+    if multilingual:
         raise ConfigError(f"--prompt-column {opts.source.prompt_column} with the multilingual model {opts.model!r} "
                           "needs --language (e.g. --language en): the language is detected in the same decode "
                           "the prompt conditions")
@@ -150,13 +167,18 @@ def run(
     with stop_signals():
         with deferred():  # imports torch and Triton: start-up, which the summary counts with the model load
             plan = _DecodePlan.for_run(opts)
-        import_seconds = time.monotonic() - start_wall
+        startup_seconds = time.monotonic() - start_wall
         # Zero-copy views of Arrow's buffers pay off only within one process (decode threads).
         source = dataclasses.replace(opts.source, audio_views=plan.threads, exclude=(os.path.realpath(output_dir),))
         listing = inputs_listing(inputs, source.exclude)
         config = run_config(inputs, opts, listing)
-        # Input and column errors before the output folder is made (and before the model loads).
+        # Input and column errors before the output folder is made (and before the model loads),
+        # then the model's and the options' (lock files, once made, stay: output/lock.py).
         items = _peeked(iter_source(inputs, source))
+        if transcriber_factory is None:
+            checking = time.monotonic()
+            transcriber_factory = functools.partial(default_transcriber, files=check_model(opts))
+            startup_seconds += time.monotonic() - checking  # reading the model's files: start-up too
         with lock_output(output_dir, prefix) as lock:
             state = checked_state(output_dir, prefix, config, opts, lock, listing)
             skipped = 0
@@ -170,7 +192,7 @@ def run(
 
             def open_(described: dict[str, Any], load_seconds: float) -> Sink:
                 return open_sink(Folder(state, lock, config, listing), opts, described, start_wall,
-                                 estimate_total(inputs, opts.source), progress, import_seconds + load_seconds,
+                                 estimate_total(inputs, opts.source), progress, startup_seconds + load_seconds,
                                  skip)  # fmt: skip
 
             transcriber, described, sink, decoded = _start(skip(items), plain, opts, plan, transcriber_factory, open_)

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,16 +16,23 @@ from typer.testing import CliRunner
 
 import batchscribe.run
 from batchscribe.cli import app, demo_manifest
+from batchscribe.run_options import RunOptions
 from tests.test_run import FakeTranscriber, needs_api, read_all
 
 runner = CliRunner()
+
+
+def use_fake(monkeypatch: pytest.MonkeyPatch, make: Callable[[RunOptions], FakeTranscriber]) -> None:
+    """run() makes its transcriber with `make`, and checks no real model first."""
+    monkeypatch.setattr(batchscribe.run, "check_model", lambda opts: None)
+    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts, files=None: make(opts))
 
 
 @pytest.fixture
 def fake_model(monkeypatch: pytest.MonkeyPatch) -> FakeTranscriber:
     # Narrow: exit-code mapping only. The real model runs in test_demo_subprocess_real_model.
     fake = FakeTranscriber()
-    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: fake)
+    use_fake(monkeypatch, lambda opts: fake)
     return fake
 
 
@@ -112,7 +120,7 @@ def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path
     from batchscribe.config import EngineOptions
 
     seen: list = []
-    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: seen.append(opts) or FakeTranscriber())
+    use_fake(monkeypatch, lambda opts: seen.append(opts) or FakeTranscriber())
     args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report",
             "--device", "cpu", "--dtype", "float32", "--batch-size", "3", "--attention", "sdpa", "--cross-kv", "fp8",
             "--no-cuda-graphs"]  # fmt: skip
@@ -340,7 +348,7 @@ def test_audiofolder_reference_column_is_detected_and_named(tmp_path: Path, fake
 
 def test_language_auto_is_detect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list = []
-    monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts: seen.append(opts) or FakeTranscriber())
+    use_fake(monkeypatch, lambda opts: seen.append(opts) or FakeTranscriber())
     args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
     assert runner.invoke(app, [*args, "--language", "auto"]).exit_code == 0
     assert seen[0].decode.language is None

@@ -14,7 +14,7 @@ LAYERS = {
     "version": 0, "constants": 0, "stops": 0, "process_context": 0, "config": 1,
     "audio": 2, "attention": 2, "weights": 2, "segments": 2, "words": 2, "dtw": 2,
     "model": 3,  # the decoder calls an attention backend
-    "engine": 4,
+    "engine": 4, "model_check": 4.5,
     "output": 5, "eval": 6,
     "api": 7, "sink": 8, "run_options": 8.4, "run_folder": 8.6, "run": 9, "fleet": 9.2, "ray": 9.3, "cli_text": 9.5, "cli": 10, "__main__": 11, "__init__": 12,
 }  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import signal
 from collections.abc import Iterable, Iterator
@@ -572,3 +573,32 @@ def test_overwrite_from_one_part_says_it_deletes_the_other_parts_records(
     with caplog.at_level(logging.WARNING):
         part(0, overwrite=True)  # only part 0's own files now
     assert not [r for r in caplog.records if "--overwrite" in r.getMessage()]
+
+
+@pytest.mark.parametrize("model, decode, error", [
+    ("no-such-model", {}, "no Whisper model found for 'no-such-model'"),
+    ("./models/tiny", {}, "model path './models/tiny' does not exist"),
+    ("tiny.en", {"language": "de"}, "cannot be decoded by an English-only model"),
+    ("tiny.en", {"task": "translate"}, "task 'translate' needs a multilingual model"),
+    ("base", {"language": "xx"}, "language 'xx' is not a Whisper language"),
+])  # fmt: skip
+def test_a_model_or_language_error_comes_before_the_output_folder_is_made(
+        tmp_path: Path, tiny_en_dir: Path, base_dir: Path, model: str, decode: dict[str, str], error: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """An unknown model, or a language or task the model cannot do, is a usage error; the folder it
+    would have written into is not created, nor are its lock files (which are never removed)."""
+    import batchscribe.api
+    from batchscribe.config import ConfigError, DecodeOptions
+    from batchscribe.weights import ModelNotFoundError
+
+    def loads(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the weights were to load")
+
+    monkeypatch.setattr(batchscribe.api, "Transcriber", loads)
+    monkeypatch.chdir(tmp_path)
+    model = {"tiny.en": str(tiny_en_dir), "base": str(base_dir)}.get(model, model)
+    out = tmp_path / "out"
+    raised = ModelNotFoundError if error.startswith(("no Whisper", "model path")) else ConfigError
+    with pytest.raises(raised, match=re.escape(error)):
+        run([str(DEMO / "manifest.jsonl")], out, RunOptions(model=model, decode=DecodeOptions(**decode), workers=0))
+    assert not out.exists()
