@@ -68,6 +68,8 @@ def test_python_dash_m_help() -> None:
     (["run", "--demo", "-o", "OUT", "--batch-size", "0"], "Invalid value for '--batch-size'"),
     (["run", "--demo", "-o", "OUT", "--shard-size", "0"], "Invalid value for '--shard-size'"),
     (["run", "--demo", "-o", "OUT", "--limit", "-1"], "Invalid value for '--limit'"),
+    # Not "every item already has a committed record": nothing was asked for.
+    (["run", "--demo", "-o", "OUT", "--limit", "0"], "Invalid value for '--limit': Input should be greater than or equal to 1"),
     (["run", "--demo", "-o", "OUT", "--max-errors", "-1"], "Invalid value for '--max-errors'"),
 ])
 def test_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_model: FakeTranscriber,

@@ -55,7 +55,7 @@ WordTimestamps = Annotated[bool, typer.Option("--word-timestamps",
                                               help="Time each word (openai's cross-attention alignment).")]
 Temperature = Annotated[str, typer.Option(help="Temperature fallback ladder, comma-separated; '0' decodes greedily "
                                           "with no fallback.")]
-Limit = Annotated[int | None, typer.Option(min=0, help="Only the first N items (of this shard).", show_default=False)]
+Limit = Annotated[int | None, typer.Option(min=1, help="Only the first N items (of this shard).", show_default=False)]
 FormatOpt = Annotated[Format, typer.Option("--format", help="Record shard format.")]
 AudioColumnOpt = Annotated[str, typer.Option(help="Column holding audio ({bytes, path} or a path).")]
 IdColumnOpt = Annotated[str | None, typer.Option(help="Id column; default 'id' when present, else derived.",

@@ -30,8 +30,6 @@ def select(items: Iterable[SourceItem], opts: SourceOptions) -> Iterator[SourceI
     `opts.shard_index`, at most `opts.limit` of them (see `iter_source`)."""
     seen: set[str] = set()
     taken = 0
-    if opts.limit == 0:
-        return
     for item in items:
         item_id = item.id
         if item_id in seen:

@@ -45,8 +45,8 @@ class SourceOptions:
                 f"shard_index={self.shard_index} is outside 0..{self.num_shards - 1}; "
                 f"give --shard-index between 0 and --num-shards - 1"
             )
-        if self.limit is not None and self.limit < 0:
-            raise ConfigError(f"limit={self.limit} is negative; use a count >= 0")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"limit={self.limit} would transcribe nothing; give a count >= 1, or None for every item")
         if not self.audio_column:
             raise ConfigError("audio_column is empty; name the column holding the audio")
 

@@ -45,3 +45,14 @@ def test_duplicate_ids_are_named_by_their_own_path(tmp_path: Path) -> None:
     # The rule runs before sharding, so shards agree with the whole run.
     shards = [list(iter_source([str(manifest)], SourceOptions(num_shards=2, shard_index=k))) for k in range(2)]
     assert sorted((i.id, i.path) for s in shards for i in s) == sorted((i.id, i.path) for i in whole)
+
+
+def test_a_limit_of_zero_is_refused() -> None:
+    """limit=0 would transcribe nothing, and a run then said every item was already committed."""
+    import pytest
+
+    from batchscribe.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"limit=0 would transcribe nothing; give a count >= 1"):
+        SourceOptions(limit=0)
+    assert SourceOptions(limit=1).limit == 1
