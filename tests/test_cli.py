@@ -112,7 +112,7 @@ def test_changed_settings_exit_2(tmp_path: Path, fake_model: FakeTranscriber) ->
     args = ["run", "--demo", "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
     assert runner.invoke(app, args).exit_code == 0
     result = runner.invoke(app, [*args, "--language", "en"], env={"COLUMNS": "300"})
-    assert result.exit_code == 2 and "decode_options" in result.output and "--overwrite" in result.output
+    assert result.exit_code == 2 and "--language: before null" in result.output and "--overwrite" in result.output
     assert runner.invoke(app, [*args, "--language", "en", "--overwrite"]).exit_code == 0
 
 

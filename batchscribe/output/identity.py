@@ -38,10 +38,10 @@ ID_SCHEME = "origin"
 ADDED_KEYS = frozenset({"engine.weights_sha256"})
 ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
-# The `run` option that sets each key, named in a refusal so the user knows what to change back.
+# What the user set for each key, named in a refusal instead of the key: the `run` flag, else a
+# description. DecodeOptions fields without a flag are named as the Python API's (see `_label`).
 FLAGS = {
-    "model": "--model", "format": "--format", "inputs": "the inputs",
-    "num_shards": "--num-shards, or --gpus: its children split the ids into --num-shards x GPUs",
+    "model": "--model", "format": "--format", "inputs": "the inputs", "num_shards": "--num-shards",
     "decode_options.task": "--task", "decode_options.language": "--language",
     "decode_options.without_timestamps": "--without-timestamps", "decode_options.temperatures": "--temperature",
     "decode_options.word_timestamps": "--word-timestamps", "decode_options.initial_prompt": "--initial-prompt",
@@ -49,10 +49,13 @@ FLAGS = {
     "source_options.audio_column": "--audio-column", "source_options.id_column": "--id-column",
     "source_options.text_column": "--text-column", "source_options.prompt_column": "--prompt-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
-    "engine.attention": "--attention, --cross-kv, --dtype", "engine.encoder_precision": "--encoder-precision",
+    "engine.attention": "--attention / --cross-kv / --dtype", "engine.encoder_precision": "--encoder-precision",
     "engine.batch_invariant": "--batch-invariant",
-    "engine.weights_sha256": "the model's weights changed", "inputs_fingerprint": "the input files changed",
+    "engine.weights_sha256": "the model's weights (sha256)", "inputs_fingerprint": "the input files (fingerprint)",
 }  # fmt: skip
+# Said after a key's values where the flag alone does not explain the change.
+NOTES = {"num_shards": "--gpus sets it too: its children split the ids into --num-shards x GPUs",
+         "inputs_fingerprint": "the files changed since", "engine.weights_sha256": "the weights changed since"}  # fmt: skip
 
 
 # Recorded only with word timestamps on: without them they change no record, and folders written
@@ -173,17 +176,43 @@ def _previous_configs(directory: Path) -> list[tuple[str, dict[str, Any]]]:
 
 
 def differences(key: str, before: Any, now: Any) -> list[str]:
-    """`key.sub: before X, now Y` for each leaf that differs. A key in one only differs (a setting
+    """`--flag: before X, now Y` for each leaf that differs. A key in one only differs (a setting
     recorded only when it is not the default, e.g. an fp8 encoder), except a key this version
     added (`ADDED_KEYS`) that an older folder lacks."""
+    if key == "decode_options" and isinstance(before, dict) and isinstance(now, dict):
+        before, now = _decode_shown(before, now)
     if isinstance(before, dict) and isinstance(now, dict):
         keys = sorted(set(before) | set(now))
         return [d for k in keys if k in before or f"{key}.{k}" not in ADDED_KEYS
                 for d in differences(f"{key}.{k}", before.get(k), now.get(k))]  # fmt: skip
     if _canon(before) == _canon(now):
         return []
-    flag = FLAGS.get(key)
-    return [f"  {key}: before {_show(before)}, now {_show(now)}" + (f" ({flag})" if flag else "")]
+    note = NOTES.get(key)
+    return [f"  {_label(key)}: before {_show(before)}, now {_show(now)}" + (f" ({note})" if note else "")]
+
+
+def _label(key: str) -> str:
+    """What the user set: a flag, else (a DecodeOptions field without one) the Python API's name."""
+    if key in FLAGS:
+        return FLAGS[key]
+    group, _, field = key.partition(".")
+    if group == "decode_options" and field in {f.name for f in dataclasses.fields(DecodeOptions)}:
+        return f"DecodeOptions.{field} (Python API)"
+    return key
+
+
+def _decode_shown(before: dict[str, Any], now: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both sides with the defaults that decode_identity leaves out filled in (so an option turned
+    on reads "before false", not "before null"); the punctuation options, recorded only with word
+    timestamps, are left out when --word-timestamps itself changed."""
+    defaults = dataclasses.asdict(DecodeOptions())
+    omitted = {k: defaults[k] for k in ("word_timestamps", "initial_prompt", "condition_on_previous_text", "vad")}
+    before, now = {**omitted, **before}, {**omitted, **now}
+    if before["word_timestamps"] != now["word_timestamps"]:
+        for side in (before, now):
+            for k in _WORD_OPTIONS[1:]:
+                side.pop(k, None)
+    return before, now
 
 
 def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, Any]]) -> None:
@@ -191,9 +220,8 @@ def _refuse_differences(directory: Path, name: str, pairs: list[tuple[str, Any, 
     if diffs:
         raise ResumeConflictError(
             f"{directory} already holds records made with other settings ({name}):\n" + "\n".join(diffs)
-            + "\nResuming would mix them. Rerun with the earlier settings (the 'before' values of the options "
-            "named) to resume, choose another --output, or pass --overwrite to delete the old records and "
-            "start again."
+            + "\nResuming would mix them. To resume, rerun with the 'before' values; to keep both, choose "
+            "another --output; to start again, pass --overwrite (it deletes the old records)."
         )
 
 
@@ -202,7 +230,7 @@ def _canon(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, ensure_ascii=False)
     return text if len(text) <= 300 else text[:300] + "..."
 
 

@@ -28,12 +28,12 @@ def test_a_refusal_names_only_the_differing_keys(tmp_path: Path) -> None:
     with pytest.raises(ResumeConflictError) as err:
         check_run_config(tmp_path, changed)
     lines = str(err.value).splitlines()
-    assert lines[1:3] == ["  decode_options.temperatures: before [0.0, 0.2], now [0.0] (--temperature)",
-                          '  inputs_fingerprint: before "f1", now "f2" (the input files changed)']
+    assert lines[1:3] == ["  --temperature: before [0.0, 0.2], now [0.0]",
+                          '  the input files (fingerprint): before "f1", now "f2" (the files changed since)']
     assert "seed" not in str(err.value) and "language" not in str(err.value)  # not a dump of both
     assert "another --output" in lines[-1] and "--overwrite" in lines[-1]
     check_run_config(tmp_path, changed | {"decode_options": BASE["decode_options"]}, ignore=("inputs_fingerprint",))
-    with pytest.raises(ResumeConflictError, match=r'engine.weights_sha256: before "aa", now "bb"'):
+    with pytest.raises(ResumeConflictError, match=r'the model\'s weights \(sha256\): before "aa", now "bb" \(the weights changed since\)'):
         check_engine_identity(tmp_path, {**BASE["engine"], "weights_sha256": "bb"})
 
 
@@ -52,7 +52,7 @@ def test_a_folder_from_an_earlier_version_still_resumes(tmp_path: Path) -> None:
     commit(tmp_path, [rec(0)])
     check_run_config(tmp_path, BASE)  # no fingerprint then: not compared
     check_engine_identity(tmp_path, BASE["engine"])  # no weights hash then: not compared
-    with pytest.raises(ResumeConflictError, match='engine.dtype: before "float32", now "float16"'):
+    with pytest.raises(ResumeConflictError, match='--dtype: before "float32", now "float16"'):
         check_engine_identity(tmp_path, {**BASE["engine"], "dtype": "float16"})
 
 
@@ -93,7 +93,7 @@ def test_a_setting_recorded_only_when_not_the_default_is_compared(tmp_path: Path
     """E.g. an fp8 encoder appears in the identity only when chosen: its appearing is a change."""
     write_run_config(tmp_path, BASE)
     commit(tmp_path, [rec(0)])
-    with pytest.raises(ResumeConflictError, match='engine.encoder_precision: before null, now "fp8"'):
+    with pytest.raises(ResumeConflictError, match='--encoder-precision: before null, now "fp8"'):
         check_engine_identity(tmp_path, {**BASE["engine"], "encoder_precision": "fp8"})
     with pytest.raises(ResumeConflictError, match='decode_options.prompt: before null, now "hi"'):
         check_run_config(tmp_path, {**BASE, "decode_options": {**BASE["decode_options"], "prompt": "hi"}})
@@ -122,7 +122,7 @@ def test_inputs_may_grow_but_not_change(tmp_path: Path) -> None:
     grown, grown_listing = config()
     assert grown["inputs_fingerprint"] != first["inputs_fingerprint"]
     check_run_config(out, grown, listing=grown_listing)  # only added: goes on
-    with pytest.raises(ResumeConflictError, match="inputs_fingerprint"):
+    with pytest.raises(ResumeConflictError, match=r"the input files \(fingerprint\)"):
         check_run_config(out, grown)  # without a listing to explain it, a new fingerprint is refused
     (data / "a.flac").write_bytes(b"x" * 11)
     (data / "b.flac").unlink()
@@ -148,7 +148,7 @@ def test_word_timestamps_enter_the_identity_only_when_on(tmp_path: Path) -> None
     write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(off)})
     commit(tmp_path, [rec(0)])
     check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(off)))})
-    with pytest.raises(ResumeConflictError, match=r"decode_options.word_timestamps: before .*, now true \(--word-timestamps\)"):
+    with pytest.raises(ResumeConflictError, match=r"--word-timestamps: before false, now true"):
         check_run_config(tmp_path, {**BASE, "decode_options": json.loads(json.dumps(decode_identity(on)))})
 
 
@@ -160,7 +160,7 @@ def test_an_initial_prompt_enters_the_identity_only_when_set(tmp_path: Path) -> 
     write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(DecodeOptions())})
     commit(tmp_path, [rec(0)])
     prompted = json.loads(json.dumps(decode_identity(DecodeOptions(initial_prompt="Names: Kenobi."))))
-    with pytest.raises(ResumeConflictError, match=r"decode_options.initial_prompt: .*\(--initial-prompt\)"):
+    with pytest.raises(ResumeConflictError, match=r'--initial-prompt: before null, now "Names: Kenobi."'):
         check_run_config(tmp_path, {**BASE, "decode_options": prompted})
 
 
@@ -172,5 +172,30 @@ def test_conditioning_enters_the_identity_only_when_on(tmp_path: Path) -> None:
     write_run_config(tmp_path, {**BASE, "decode_options": decode_identity(DecodeOptions())})
     commit(tmp_path, [rec(0)])
     on = json.loads(json.dumps(decode_identity(DecodeOptions(condition_on_previous_text=True))))
-    with pytest.raises(ResumeConflictError, match=r"condition_on_previous_text: .*\(--condition-on-previous-text\)"):
+    with pytest.raises(ResumeConflictError, match=r"--condition-on-previous-text: before false, now true"):
         check_run_config(tmp_path, {**BASE, "decode_options": on})
+
+
+def test_a_refusal_names_what_the_user_set_not_the_run_configs_keys(tmp_path: Path) -> None:
+    """Turning --word-timestamps on reads as that flag going from false to true, not as three
+    internal keys from null (the punctuation options are recorded only with it); an option only
+    the Python API sets is named as DecodeOptions' field; both values and the three ways out."""
+    from batchscribe.config import DecodeOptions
+    from batchscribe.output.identity import decode_identity
+
+    def config(**decode: Any) -> dict[str, Any]:
+        return {**BASE, "decode_options": json.loads(json.dumps(decode_identity(DecodeOptions(**decode))))}
+
+    write_run_config(tmp_path, config())
+    commit(tmp_path, [rec(0)])
+    with pytest.raises(ResumeConflictError) as err:
+        check_run_config(tmp_path, config(word_timestamps=True, language="en"))
+    lines = str(err.value).splitlines()
+    assert lines[1:-1] == ['  --language: before null, now "en"', "  --word-timestamps: before false, now true"]
+    assert lines[-1] == ("Resuming would mix them. To resume, rerun with the 'before' values; to keep both, choose "
+                         "another --output; to start again, pass --overwrite (it deletes the old records).")
+    write_run_config(tmp_path, config(word_timestamps=True))
+    with pytest.raises(ResumeConflictError) as err:
+        check_run_config(tmp_path, config(word_timestamps=True, append_punctuations="。"))
+    assert str(err.value).splitlines()[1] == (
+        '  DecodeOptions.append_punctuations (Python API): before "\\"\'.。,，!！?？:：”)]}、", now "。"')

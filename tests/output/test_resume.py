@@ -101,7 +101,7 @@ def test_run_config_refuses_changed_settings(tmp_path: Path) -> None:
         check_run_config(tmp_path, base | {"model": "base"})
     msg = str(err.value)
     assert "model" in msg and '"tiny.en"' in msg and '"base"' in msg and "--overwrite" in msg
-    with pytest.raises(ResumeConflictError, match="decode_options"):
+    with pytest.raises(ResumeConflictError, match=r"--language: before null, now \"en\""):
         check_run_config(tmp_path, base | {"decode_options": {"language": "en"}})
 
 

@@ -84,7 +84,7 @@ def test_two_children_equal_a_plain_run_and_a_killed_child_is_restarted(
         refused = subprocess.run(command(clips, out, model_cache, "jsonl", 2, 0, *other), capture_output=True,
                                  text=True, timeout=RUN_TIMEOUT_S, env={**os.environ, "COLUMNS": "400"})  # fmt: skip
         assert refused.returncode == 2, refused.stderr
-        assert "num_shards: before 2, now 1" in refused.stderr and "--gpus" in refused.stderr, refused.stderr
+        assert "--num-shards: before 2, now 1" in refused.stderr and "--gpus" in refused.stderr, refused.stderr
     assert {r["id"]: outcome(r) for r in committed(out)} == reference  # nothing changed
 
 

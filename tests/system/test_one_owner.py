@@ -111,8 +111,8 @@ def test_changed_weights_are_refused(clips: Path, tiny_en_dir: Path, model_cache
     cmd[cmd.index("--limit") + 1] = "2"  # one item left to do: its record would mix with the first
     again = _run(cmd)
     assert again.returncode == 2, again.stderr
-    assert "engine.weights_sha256: before" in again.stderr and "--overwrite" in again.stderr
-    assert "(the model's weights changed)" in again.stderr
+    assert "the model's weights (sha256): before" in again.stderr and "--overwrite" in again.stderr
+    assert "(the weights changed since)" in again.stderr
     assert "decode_options" not in again.stderr and "inputs" not in again.stderr  # only what differs
     assert len(committed(out)) == 1
 
