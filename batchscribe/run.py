@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,6 +37,8 @@ from batchscribe.version import __version__
 
 if TYPE_CHECKING:
     from batchscribe.model_check import ModelFiles
+
+log = logging.getLogger(__name__)
 
 
 class TranscriberLike(Protocol):
@@ -258,7 +261,10 @@ def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Si
         try:
             sink.writer.flush()  # finished records are valid whatever stopped the run
         finally:
-            write_summary(sink.state.directory, summarize(status), summary_name(sink.state.prefix))
+            try:
+                write_summary(sink.state.directory, summarize(status), summary_name(sink.state.prefix))
+            except OSError as exc:  # e.g. the same full disk: the error that stopped the run is the one raised
+                log.warning("the summary could not be written either: %s", exc)
         raise
     sink.writer.flush()
     return summarize(status)

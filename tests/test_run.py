@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import signal
@@ -602,3 +603,38 @@ def test_a_model_or_language_error_comes_before_the_output_folder_is_made(
     with pytest.raises(raised, match=re.escape(error)):
         run([str(DEMO / "manifest.jsonl")], out, RunOptions(model=model, decode=DecodeOptions(**decode), workers=0))
     assert not out.exists()
+
+
+def test_a_full_disk_names_the_folder_and_loses_nothing_committed(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """ENOSPC while committing the second shard: the error names the shard, its folder, the problem
+    and the fix; the first shard stays whole and listed, and a rerun (space freed) completes every
+    id exactly once without touching it."""
+    import errno
+
+    import batchscribe.output.writers as writers
+    from batchscribe.output.writers import ShardWriteError
+
+    manifest, rows = make_manifest(tmp_path)
+    out = tmp_path / "out"
+    real, shards = writers.write_atomic, []
+
+    def full_disk(path: Path, data: bytes, sync_dir: bool = True) -> None:
+        if path.name.startswith("records-"):
+            shards.append(path.name)
+            if len(shards) > 1:  # as write() raises it: no file name
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data, sync_dir)
+
+    monkeypatch.setattr(writers, "write_atomic", full_disk)
+    with pytest.raises(ShardWriteError) as err:
+        run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+    message = str(err.value)
+    assert f"cannot write 2 record(s) to {out / 'records-00001.jsonl'}: No space left on device" in message
+    assert f"free space on the disk that holds {out}" in message and "rerun the same command" in message
+    first = (out / "records-00000.jsonl").read_bytes()
+    assert len(read_all(out)) == 2
+    monkeypatch.setattr(writers, "write_atomic", real)
+    run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+    assert sorted(r["id"] for r in read_all(out)) == sorted(rows)
+    assert (out / "records-00000.jsonl").read_bytes() == first

@@ -27,6 +27,7 @@ from batchscribe.audio.sources import SourceError
 from batchscribe.cli_text import audio_length
 from batchscribe.config import MODEL_ERROR_NAMES, ConfigError
 from batchscribe.output.resume import OutputDirError, ResumeConflictError
+from batchscribe.output.writers import ShardWriteError
 from batchscribe.run import RunResult, TooManyErrors
 from batchscribe.sink import RunProgress
 from batchscribe.stops import Terminated
@@ -91,6 +92,8 @@ def _handled() -> Iterator[None]:
         _die(str(exc), 1)
     except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
         _die(str(exc), 2)
+    except ShardWriteError as exc:  # its message names the shard, its folder and the fix
+        _die(str(exc), 1)
     except OSError as exc:  # disk full, permissions mid-run: committed shards stay valid
         _die(f"{exc}; records committed so far are kept and a rerun resumes after them", 1)
     except Exception as exc:

@@ -9,6 +9,7 @@ The shard encodings themselves live in formats.py.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sys
@@ -31,8 +32,9 @@ from batchscribe.output.formats import (
     read_shard,
 )
 
-__all__ = ["CORE_FIELDS", "FORMATS", "SUMMARY_NAME", "OutputFormat", "ShardWriter", "encode_shard", "fsync_dir",
-           "hostname", "package_versions", "read_shard", "write_atomic", "write_json_atomic", "write_summary"]
+__all__ = ["CORE_FIELDS", "FORMATS", "SUMMARY_NAME", "OutputFormat", "ShardWriteError", "ShardWriter", "encode_shard",
+           "fsync_dir", "hostname", "package_versions", "read_shard", "write_atomic", "write_json_atomic",
+           "write_summary"]
 
 SUMMARY_NAME = "summary.json"
 
@@ -75,9 +77,14 @@ def write_atomic(path: Path, data: bytes, sync_dir: bool = True) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)  # a full disk mid-write: nothing half-written may keep a readable name
+        if exc.filename is not None:
+            raise
+        # write() and fsync() name no file ("[Errno 28] No space left on device"): name it.
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     except BaseException:
-        # A full disk or a kill mid-write: nothing half-written may keep a readable name.
-        tmp.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)  # a kill mid-write: the same
         raise
     if sync_dir:
         fsync_dir(path.parent)
@@ -91,6 +98,24 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 # Shard writer
 
 CommitCallback = Callable[[str, list[dict[str, Any]]], None]
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+class ShardWriteError(OSError):
+    """A shard could not be committed (a full disk, a quota, permissions): the message names the
+    shard and its folder, says that the shards committed before are kept, and how to go on."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)  # the whole message, without "[Errno 28]" before it
+
+
+def _commit_error(exc: OSError, what: str, directory: Path, committed: int) -> ShardWriteError:
+    fix = (f"free space on the disk that holds {directory} (or raise its quota)" if exc.errno in _DISK_FULL
+           else "fix the cause")  # fmt: skip
+    return ShardWriteError(
+        exc.errno, f"cannot {what}: {exc.strerror or exc}. The {committed} shard(s) this run committed to "
+        f"{directory}, and any earlier run's, are kept; {fix}, then rerun the same command: it resumes after the "
+        "committed records and transcribes the rest again")  # fmt: skip
 
 
 class ShardWriter:
@@ -170,14 +195,21 @@ class ShardWriter:
         try:
             data = join_jsonl(lines) if self.fmt == "jsonl" else encode_shard(records, self.fmt, self._types, self.words)
             write_atomic(self.directory / name, data)
-        except BaseException:
+        except BaseException as exc:
             self._buffer = records + self._buffer  # not committed: keep them for a retry
             self._lines = lines + self._lines
+            if isinstance(exc, OSError) and not isinstance(exc, ShardWriteError):
+                raise _commit_error(exc, f"write {len(records)} record(s) to {self.directory / name}", self.directory,
+                                    len(self.committed)) from exc  # fmt: skip
             raise
         self.next_index += 1
         self.committed.append(name)
         if self.on_commit is not None:
-            self.on_commit(name, records)
+            try:
+                self.on_commit(name, records)
+            except OSError as exc:  # the shard is whole on disk: a rerun adopts it without its manifest line
+                raise _commit_error(exc, f"list {name} in the folder's manifest", self.directory,
+                                    len(self.committed)) from exc  # fmt: skip
 
     @property
     def pending(self) -> int:

@@ -397,7 +397,9 @@ def test_full_disk_keeps_committed_shards_and_rerun_completes(
     monkeypatch.undo()
     assert result.exit_code == 1, result.output
     assert "No space left on device" in result.output
-    assert "records committed so far are kept and a rerun resumes after them" in result.output
+    # The folder, the problem and the fix (ShardWriteError), whichever file the disk refused.
+    assert f"committed to {out}, and any earlier run's, are kept; free space on the disk" in result.output
+    assert "then rerun the same command: it resumes after the committed records" in result.output
     assert not [p.name for p in out.iterdir() if p.name.endswith(".tmp")]  # no half-written shard
     first = by_id(out)
     assert len(first) == 1  # the one shard committed before the disk filled
