@@ -49,6 +49,13 @@ class RunProgress:
 ProgressCallback = Callable[[RunProgress], None]
 
 
+def rtfx(audio_seconds: float, seconds: float) -> float | None:
+    """Audio seconds per wall second for summary.json, or None (shown as "-") when no audio was
+    timed: a run whose items all failed (e.g. --retry-errors on inputs still broken) has no rate,
+    not a rate of 0."""
+    return audio_seconds / seconds if audio_seconds > 0 and seconds > 0 else None
+
+
 class CompletedFilter:
     """Passes over items whose ids already have committed records, and counts them. It can run
     before the sink exists (run() starts decoding while the model loads), on a decode thread, so
@@ -163,12 +170,11 @@ def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink
                      "skipped_completed": sink.skipped, "retried_errors": sink.retried,
                      "audio_hours": session_seconds / 3600.0},
         "wall_seconds": wall,
-        "rtfx": session_seconds / wall if wall > 0 else 0.0,
+        "rtfx": rtfx(session_seconds, wall),
         # Start-up is a fixed cost: importing torch and the engine, loading the model (first-use
         # conversion), and on CUDA the engine build and graph capture. Without it, the steady rate.
         "model_load_seconds": sink.load_seconds,
-        "rtfx_excluding_model_load": (session_seconds / (wall - sink.load_seconds)
-                                      if wall > sink.load_seconds else 0.0),
+        "rtfx_excluding_model_load": rtfx(session_seconds, wall - sink.load_seconds),
         "start_time": start_time,
         "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"name": opts.model, "info": described.get("model")},

@@ -455,3 +455,18 @@ def test_the_reports_workers_fork_with_the_cli_and_the_scoring_code_imported(tmp
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['batchscribe.cli', 'batchscribe.eval.report']"
+
+
+def test_a_run_that_timed_no_audio_shows_no_rate(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """--retry-errors on an input that is still missing decodes no audio: its RTFx is undefined,
+    shown as "-" (as with nothing left to do) and null in summary.json, not 0.0."""
+    manifest = tmp_path / "in.jsonl"
+    manifest.write_text(json.dumps({"id": "gone", "path": str(tmp_path / "gone.flac")}) + "\n")
+    args = ["run", str(manifest), "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress", "--no-report"]
+    assert runner.invoke(app, args).exit_code == 0
+    result = runner.invoke(app, [*args, "--retry-errors"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert summary["this_run"]["retried_errors"] == 1 and summary["this_run"]["audio_hours"] == 0
+    assert summary["rtfx"] is None and summary["rtfx_excluding_model_load"] is None
+    assert re.search(r"^RTFx +- *$", result.output, re.MULTILINE), result.output

@@ -12,6 +12,7 @@ from batchscribe.fleet.plan import ChildPlan
 from batchscribe.output.records import now_iso
 from batchscribe.output.writers import hostname, package_versions
 from batchscribe.run import RunOptions
+from batchscribe.sink import rtfx
 from batchscribe.version import __version__
 
 
@@ -38,10 +39,10 @@ def fleet_summary(inputs: Sequence[str], opts: RunOptions, children: Sequence[tu
                      "audio_hours": new_audio / 3600.0,
                      **({"nothing_left": True} if this and all(t.get("nothing_left") for t in this) else {})},
         "wall_seconds": wall,
-        "rtfx": new_audio / wall if wall > 0 else 0.0,
+        "rtfx": rtfx(new_audio, wall),
         # The children load their models at the same time: the longest load is the run's start-up.
         "model_load_seconds": load,
-        "rtfx_excluding_model_load": new_audio / (wall - load) if wall > load else 0.0,
+        "rtfx_excluding_model_load": rtfx(new_audio, wall - load),
         "start_time": start_time, "end_time": now_iso(),
         "gpus": [{"device": p.device, "prefix": p.prefix, "restarts": restarts,
                   "status": (s or {}).get("status", "not started"), "items": (s or {}).get("items", 0)}
