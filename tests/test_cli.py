@@ -470,3 +470,18 @@ def test_a_run_that_timed_no_audio_shows_no_rate(tmp_path: Path, fake_model: Fak
     assert summary["this_run"]["retried_errors"] == 1 and summary["this_run"]["audio_hours"] == 0
     assert summary["rtfx"] is None and summary["rtfx_excluding_model_load"] is None
     assert re.search(r"^RTFx +- *$", result.output, re.MULTILINE), result.output
+
+
+def test_cross_kv_fp8_runs_on_the_cpu_as_its_help_says(tmp_path: Path, tiny_en_dir: Path) -> None:
+    """--cross-kv fp8 is not GPU-only (its help said "GPU"): on the CPU the cache is fp8 and SDPA
+    reads it upcast."""
+    help_text = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"}).output
+    cross_kv = " ".join(help_text[help_text.index("--cross-kv"):].split("--encoder-precision")[0].split())
+    assert "GPU and the CPU" in cross_kv and "GPU)" not in cross_kv
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["run", "--demo", "-o", str(out), "--model", str(tiny_en_dir), "--device", "cpu",
+                                 "--cross-kv", "fp8", "--limit", "1", "--workers", "0", "--no-progress", "--no-report"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"]["device"] == "cpu" and summary["ok"] == 1
+    assert "float8_e4m3fn" in summary["model"]["info"]["attention"]

@@ -31,7 +31,9 @@ Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA i
                                         "SELF/CROSS[/ENCODER] such as triton/flashinfer_hnd/fa3 (the encoder's is "
                                         f"sdpa unless named; {kernel_help()}).")]
 CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
-                                             "dtype) or fp8 (half the bytes per decode step; GPU).")]
+                                             "dtype) or fp8 (e4m3: less cache memory per slot on the GPU and the "
+                                             "CPU; on a GPU also fewer bytes read per decode step; may change some "
+                                             "transcripts slightly).")]
 EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
