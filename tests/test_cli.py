@@ -188,6 +188,14 @@ def test_demo_subprocess_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     rerun = json.loads((out / "summary.json").read_text())
     assert rerun["this_run"]["nothing_left"] and rerun["model_load_seconds"] == 0 and rerun["ok"] == 3
     assert rerun["model"] == summary["model"]  # how the records were made is kept
+    # The README's example record is this run's (it had a compression ratio from before openai's
+    # stripped-text rule): text, tokens and ratio exact, the float32 sums to the CPU's rounding.
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    shown = json.loads(readme.split("From `batchscribe run --demo`:\n\n```json\n", 1)[1].split("```", 1)[0])
+    real = next(r for r in records if r["id"] == shown["id"])
+    for seg in shown["segments"]:
+        seg.update({k: pytest.approx(seg[k], abs=1e-4) for k in ("avg_logprob", "no_speech_prob")})
+    assert real == shown
 
 
 def test_eval_command_matches_jiwer(tmp_path: Path) -> None:
