@@ -493,3 +493,21 @@ def test_cross_kv_fp8_runs_on_the_cpu_as_its_help_says(tmp_path: Path, tiny_en_d
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"]["device"] == "cpu" and summary["ok"] == 1
     assert "float8_e4m3fn" in summary["model"]["info"]["attention"]
+
+
+def test_warnings_carry_the_warning_prefix(tmp_path: Path, fake_model: FakeTranscriber) -> None:
+    """A warning logged by the package (here: a reference .txt that is not UTF-8) reaches stderr as
+    'warning: ...', as the CLI's own warnings do, once; notes stay 'note: ...'."""
+    import shutil
+
+    from batchscribe.cli import demo_manifest
+
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    shutil.copy(next(demo_manifest().parent.glob("*.flac")), clips / "a.flac")
+    (clips / "a.txt").write_bytes("caf\xe9".encode("latin-1"))
+    result = runner.invoke(app, ["run", str(clips), "-o", str(tmp_path / "o"), "--workers", "0", "--no-progress",
+                                 "--no-report"], env={"COLUMNS": "400"})  # fmt: skip
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.output.splitlines() if "reference transcript not read" in line]
+    assert len(lines) == 1 and lines[0].startswith(f"warning: {clips / 'a.txt'}: reference transcript not read")

@@ -46,16 +46,19 @@ out = Console()
 
 
 class _Notes(logging.Handler):
-    """The sources' notes (e.g. which column became the reference) on stderr, each once a run."""
+    """The package's log lines on stderr, each once a run: the sources' notes (e.g. which column
+    became the reference) as `note:`, every module's warnings as `warning:`, the prefix the CLI's
+    own warnings carry (without a handler, Python printed the bare message)."""
 
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, level: int = logging.INFO, below: int = logging.WARNING, prefix: str = "[dim]note:[/dim]") -> None:
+        super().__init__(level)
+        self.below, self.prefix = below, prefix
         self.seen: set[str] = set()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if (message := record.getMessage()) not in self.seen:
+        if record.levelno < self.below and (message := record.getMessage()) not in self.seen:
             self.seen.add(message)
-            err.print(f"[dim]note:[/dim] {escape(message)}", highlight=False, soft_wrap=True)
+            err.print(f"{self.prefix} {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _show_version(value: bool) -> None:
@@ -67,11 +70,13 @@ def _show_version(value: bool) -> None:
 @app.callback()
 def _main(version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                                 help="Print the version and exit.")] = False) -> None:  # fmt: skip
-    sources = logging.getLogger("batchscribe.audio.sources")
+    sources, package = logging.getLogger("batchscribe.audio.sources"), logging.getLogger("batchscribe")
     sources.setLevel(logging.INFO)
-    for handler in [h for h in sources.handlers if isinstance(h, _Notes)]:  # one per invocation (tests run many)
-        sources.removeHandler(handler)
-    sources.addHandler(_Notes())
+    for logger in (sources, package):
+        for handler in [h for h in logger.handlers if isinstance(h, _Notes)]:  # one per invocation (tests run many)
+            logger.removeHandler(handler)
+    sources.addHandler(_Notes())  # below WARNING: a warning goes on up to the package's handler
+    package.addHandler(_Notes(logging.WARNING, logging.CRITICAL + 1, "[yellow]warning:[/yellow]"))
 
 
 def _die(message: str, code: int) -> NoReturn:

@@ -111,6 +111,7 @@ class Scheduler:
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
+        self.windows.trims.reset()  # counts this stream's long --prompt-column prompts
         while True:
             free = engine.slots.free_slots()  # one list a turn: pulling changes no slot
             yield from self._pull(run, policy, len(free))
@@ -126,6 +127,7 @@ class Scheduler:
                 if run.exhausted and not run.queue:
                     assert not run.aligning and not run.live, "a run ended with items unfinished"
                     engine.release_staging()
+                    self.windows.trims.report()
                     return
                 continue
             with self._timed("step_launch"):

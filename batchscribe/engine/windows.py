@@ -120,20 +120,39 @@ class Judged:
     temperature: float = 0.0  # the decode's: above 0.5 it resets the conditioning context
 
 
-def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None, item_id: str | None = None) -> tuple[int, ...]:
+def initial_prompt_tokens(tokenizer: Tokenizer, text: str | None) -> tuple[tuple[int, ...], int]:
     """openai's encoding of an initial prompt (" " + stripped text), its last 223 tokens: half the
-    text context less <|startofprev|>, as DecodingTask trims it (with a warning here, naming the
-    item for a --prompt-column prompt)."""
+    text context less <|startofprev|>, as DecodingTask trims it; and how many tokens it had."""
     if not text:
-        return ()
+        return (), 0
     tokens = tokenizer.encode(" " + text.strip())
-    limit = MAX_PROMPT_TOKENS
-    if len(tokens) > limit:
-        what = "--initial-prompt" if item_id is None else f"{item_id}: the --prompt-column prompt"
-        log.warning("%s is %d tokens; only its last %d are used (half the text context, as openai-whisper "
-                    "trims it): shorten it to keep its start", what, len(tokens), limit)
-        tokens = tokens[-limit:]
-    return tuple(tokens)
+    return tuple(tokens[-MAX_PROMPT_TOKENS:]), len(tokens)
+
+
+class PromptTrims:
+    """Long --prompt-column prompts trimmed in one stream: the first named when it comes, the rest
+    counted and reported once at the end (a column of 10,000 long prompts is two lines, not 10,000)."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.count, self.first = 0, ""
+
+    def add(self, item_id: str, n_tokens: int) -> None:
+        self.count += 1
+        if self.count == 1:
+            self.first = item_id
+            log.warning("%s: the --prompt-column prompt is %d tokens; only its last %d are used (half the text "
+                        "context, as openai-whisper trims it): shorten it to keep its start. Other items' long "
+                        "prompts are trimmed alike and counted at the end", item_id, n_tokens, MAX_PROMPT_TOKENS)
+
+    def report(self) -> None:
+        """The stream's count, if more than the one named; then start counting afresh."""
+        if self.count > 1:
+            log.warning("%d items' --prompt-column prompts were longer than %d tokens and were trimmed to their "
+                        "last %d (the first: %s)", self.count, MAX_PROMPT_TOKENS, MAX_PROMPT_TOKENS, self.first)
+        self.reset()
 
 
 class WindowPlanner:
@@ -145,7 +164,11 @@ class WindowPlanner:
         if options.language is not None and tokenizer.is_multilingual:
             self.forced_language = tokenizer.language_tokens[tokenizer.language_code(options.language)]
         self._code_of_token = {tok: code for code, tok in tokenizer.language_tokens.items()}
-        self.prompt_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
+        self.prompt_tokens, n_tokens = initial_prompt_tokens(tokenizer, options.initial_prompt)
+        if n_tokens > MAX_PROMPT_TOKENS:
+            log.warning("--initial-prompt is %d tokens; only its last %d are used (half the text context, as "
+                        "openai-whisper trims it): shorten it to keep its start", n_tokens, MAX_PROMPT_TOKENS)
+        self.trims = PromptTrims()
 
     def start(self, item_id: str, audio: np.ndarray, prompt: str | None = None,
               speech: Speech | None = None) -> ItemProgress:  # fmt: skip
@@ -157,7 +180,9 @@ class WindowPlanner:
             if self.tokenizer.is_multilingual and self.forced_language is None:
                 raise ConfigError(f"{item_id}: a --prompt-column prompt with a multilingual model needs --language "
                                   "(e.g. --language en): the language is detected in the decode the prompt conditions")
-            context = initial_prompt_tokens(self.tokenizer, prompt, item_id)
+            context, n_tokens = initial_prompt_tokens(self.tokenizer, prompt)
+            if n_tokens > MAX_PROMPT_TOKENS:
+                self.trims.add(item_id, n_tokens)
         item = ItemProgress(item_id, np.asarray(audio, dtype=np.float32), self.forced_language, context=context)
         if self.options.vad and speech is None:
             raise AssertionError(f"{item_id}: --vad, but no Speech was handed in (run the scheduler behind a SpeechStage)")

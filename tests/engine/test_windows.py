@@ -101,3 +101,29 @@ def test_silence_and_empty_audio(transcriber) -> None:
     # Default thresholds: a silent window is skipped (openai's no-speech rule) or yields no words.
     assert silent["duration"] == 5.0
     assert len(silent["text"].split()) <= 2
+
+
+def test_long_item_prompts_warn_twice_not_once_each(tiny_en_dir, caplog) -> None:
+    """Five items whose --prompt-column prompts pass openai's 223-token cap (counted by the model's
+    own tokenizer): one warning naming the first when it comes, one count at the end of the
+    stream, and the prompt each item decodes with is its last 223 tokens, as openai trims it."""
+    import logging
+
+    from batchscribe.config import DecodeOptions
+    from batchscribe.engine.windows import MAX_PROMPT_TOKENS, WindowPlanner
+    from batchscribe.model.tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_folder(tiny_en_dir)
+    planner = WindowPlanner(tokenizer, DecodeOptions(language="en"))
+    long = " ".join(f"Kenobi{k}" for k in range(300))
+    assert len(tokenizer.encode(" " + long)) > MAX_PROMPT_TOKENS
+    silence = np.zeros(16000, dtype=np.float32)
+    with caplog.at_level(logging.WARNING, logger="batchscribe"):
+        items = [planner.start(f"row{k}", silence, long if k != 2 else "short") for k in range(6)]
+        planner.trims.report()
+    assert items[0].context == tuple(tokenizer.encode(" " + long)[-MAX_PROMPT_TOKENS:])
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("row0: the --prompt-column prompt is") and "only its last 223" in warnings[0]
+    assert warnings[1] == ("5 items' --prompt-column prompts were longer than 223 tokens and were trimmed to "
+                           "their last 223 (the first: row0)")
