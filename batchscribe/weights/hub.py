@@ -7,15 +7,12 @@ not known" on the way, before a mistyped name fails (issue 19).
 
 from __future__ import annotations
 
-import ssl
-import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
+
+from batchscribe.hub_probe import unreachable as _unreachable
 
 # Only these files are fetched from the hub: never pickled checkpoints (*.bin, *.pt, *.ckpt).
 HUB_ALLOW_PATTERNS = ["*.json", "*.safetensors", "*.txt", "tokenizer*"]
-PROBE_SECONDS = 3.0  # one request to the hub's API; DNS and connect included
 
 
 def hub_snapshot(repo_id: str) -> tuple[Path | None, str]:
@@ -41,29 +38,6 @@ def hub_snapshot(repo_id: str) -> tuple[Path | None, str]:
         return Path(snapshot_download(repo_id, allow_patterns=HUB_ALLOW_PATTERNS)), ""
     except (HFValidationError, OSError) as exc:  # OSError covers HTTP errors and unknown repos
         return None, f"{type(exc).__name__}: {_first_line(exc)}"
-
-
-def _unreachable(url: str, seconds: float = PROBE_SECONDS) -> str:
-    """"" when the hub answers `url` at all (any HTTP status: a private repo's 401 is an answer),
-    else why not. In a thread, since name resolution has no timeout of its own."""
-    outcome: list[str] = []
-
-    def probe() -> None:
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=seconds).close()
-            outcome.append("")
-        except urllib.error.HTTPError:
-            outcome.append("")
-        except (OSError, ValueError) as exc:  # URLError, timeouts, refused connections, bad endpoint
-            reason = getattr(exc, "reason", exc)
-            # NOTE: a TLS failure is an answer too: huggingface_hub may trust a CA bundle
-            # (REQUESTS_CA_BUNDLE, a proxy's) that urllib does not; let it try.
-            outcome.append("" if isinstance(reason, ssl.SSLError) else f"{type(exc).__name__}: {reason}")
-
-    thread = threading.Thread(target=probe, daemon=True, name="batchscribe-hub-probe")
-    thread.start()
-    thread.join(seconds + 0.5)
-    return outcome[0] if outcome else f"no answer within {seconds:.0f} s"
 
 
 def _first_line(exc: BaseException) -> str:

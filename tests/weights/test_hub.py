@@ -60,29 +60,3 @@ def test_offline_mode_fails_at_once_naming_the_fix(tmp_path: Path, silent_hub: s
     assert seconds < 1.0
     assert "HF_HUB_OFFLINE is set" in message and "unset HF_HUB_OFFLINE" in message
     assert str(tmp_path / "hub") in message  # the cache it looked in
-
-
-def test_only_network_failures_count_as_unreachable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Any HTTP answer (a private repo's 401) or TLS trouble (a CA bundle only huggingface_hub is
-    told of) means the hub is there: snapshot_download then tries, with its own settings."""
-    import ssl
-    import urllib.error
-    import urllib.request
-
-    from batchscribe.weights import hub
-
-    def failing(error: Exception):
-        def urlopen(*args, **kwargs):
-            raise error
-        return urlopen
-
-    cases = [
-        (urllib.error.HTTPError("u", 401, "Unauthorized", {}, None), ""),
-        (urllib.error.URLError(ssl.SSLCertVerificationError("self-signed certificate")), ""),
-        (urllib.error.URLError(socket.gaierror(-2, "Name or service not known")), "Name or service not known"),
-        (ConnectionRefusedError(111, "Connection refused"), "Connection refused"),
-    ]
-    for error, expected in cases:
-        monkeypatch.setattr(urllib.request, "urlopen", failing(error))
-        got = hub._unreachable("https://hub.invalid/api/models/a/b", seconds=1.0)
-        assert (got == "") if expected == "" else (expected in got), (error, got)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 from batchscribe.audio.sources.columns import Columns, make_item, note_columns, resolve_columns
 from batchscribe.audio.sources.items import SourceError, SourceItem, SourceOptions
+
+log = logging.getLogger(__name__)
 
 
 def read_dataset_disk(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
@@ -25,16 +28,45 @@ def read_dataset_disk(path: Path, opts: SourceOptions) -> Iterator[SourceItem]:
 def read_dataset_hub(name: str, opts: SourceOptions, base_dir: Path | None = None) -> Iterator[SourceItem]:
     import datasets
 
+    local = "" if base_dir is not None else "; it is not a local path either"
+    if base_dir is None:  # a hub id, not a hub-style folder
+        _check_reachable(name, local)
     try:
         loaded = datasets.load_dataset(name, opts.config, split=opts.split, streaming=opts.streaming)
     except Exception as exc:  # datasets raises many types (hub, network, config, builder errors)
-        local = "" if base_dir is not None else "; it is not a local path either"
         raise SourceError(
             f"could not load {name!r} as a Hugging Face dataset ({type(exc).__name__}: {exc}){local}; "
             f"check the name, --config and --split"
         ) from exc
     split, dataset = _pick_split(loaded, opts, name)
     yield from _read_dataset_rows(dataset, opts, name, split, base_dir)
+
+
+def _check_reachable(name: str, local: str) -> None:
+    """Fail at once, saying why, where datasets would retry an unreachable hub for ~30 s only to
+    fail: the hub does not answer and the dataset is in no local cache. A cached dataset goes on
+    (datasets uses the cached copy after its retries; a note says how to skip them); with
+    HF_HUB_OFFLINE set datasets asks no network, so nothing is probed."""
+    import datasets
+    from huggingface_hub import constants
+
+    from batchscribe.hub_probe import unreachable
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    why = unreachable(f"{constants.ENDPOINT.rstrip('/')}/api/datasets/{name}")
+    if not why:
+        return
+    cached = [Path(constants.HF_HUB_CACHE) / f"datasets--{name.replace('/', '--')}",
+              Path(datasets.config.HF_DATASETS_CACHE) / name.replace("/", "___")]  # fmt: skip
+    if any(path.exists() for path in cached):
+        log.info("the Hugging Face hub is unreachable (%s): datasets retries it for ~30 s before it reads %r from "
+                 "its cache; HF_HUB_OFFLINE=1 reads the cache at once", why, name)
+        return
+    raise SourceError(f"could not load {name!r} as a Hugging Face dataset: it is not in the local cache and the hub "
+                      f"({constants.ENDPOINT}) is unreachable ({why}){local}. Download it where the hub is reachable "
+                      f"(hf download --repo-type dataset {name}, or save it as Parquet), or pass a local path; "
+                      "HF_HUB_OFFLINE=1 makes datasets read only the cache, without network retries")
 
 
 def _pick_split(loaded: Any, opts: SourceOptions, where: str) -> tuple[str, Any]:

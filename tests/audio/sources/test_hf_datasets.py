@@ -93,3 +93,45 @@ def test_dataset_rows_without_audio_paths_keep_split_index(tmp_path: Path, refer
     datasets.DatasetDict({"validation": ds}).save_to_disk(str(tmp_path / "disk"))
     items = list(iter_source([str(tmp_path / "disk")], SourceOptions()))
     assert [(i.id, i.text) for i in items] == [("validation:0", reference[0]["text"]), ("validation:1", reference[1]["text"])]
+
+
+@pytest.mark.parametrize("where", ["nowhere", "hub cache", "datasets cache", "reachable"])
+def test_an_unreachable_hub_fails_at_once_unless_the_dataset_is_cached(
+        where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """Offline without HF_HUB_OFFLINE, datasets retried ~26 s before failing; with the hub
+    unreachable and the dataset in neither cache it fails at once, naming the hub, why and the fix.
+    A cached dataset (datasets reads it after its retries) and a reachable hub still load."""
+    import logging
+
+    datasets = pytest.importorskip("datasets")
+    import huggingface_hub.constants
+
+    from batchscribe import hub_probe
+
+    class Loaded(Exception):
+        pass
+
+    def load_dataset(*args, **kwargs):
+        raise Loaded
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "datasets")
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.setattr(hub_probe, "unreachable", lambda url: "" if where == "reachable" else "URLError: no network")
+    if where == "hub cache":
+        (tmp_path / "hub" / "datasets--someone--clips").mkdir(parents=True)
+    if where == "datasets cache":
+        (tmp_path / "datasets" / "someone___clips").mkdir(parents=True)
+    plan = iter_source(["someone/clips"], SourceOptions())
+    if where == "nowhere":
+        with pytest.raises(SourceError, match=r"could not load 'someone/clips' as a Hugging Face dataset: it is not in "
+                                              r"the local cache and the hub \(https://.*\) is unreachable \(URLError: "
+                                              r"no network\).*hf download --repo-type dataset someone/clips.*"
+                                              r"HF_HUB_OFFLINE=1"):  # fmt: skip
+            next(plan)
+        return
+    with caplog.at_level(logging.INFO, logger="batchscribe"), pytest.raises(SourceError) as err:
+        next(plan)
+    assert isinstance(err.value.__cause__, Loaded)  # datasets was asked, as before
+    assert ("HF_HUB_OFFLINE=1 reads the cache at once" in caplog.text) == (where != "reachable")
