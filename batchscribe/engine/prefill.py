@@ -39,8 +39,10 @@ def prefill_groups(rows: Sequence[int], sots: Sequence[int], n_ctx: int, cuda: b
     the same K/V), each n_ctx // 2 tokens long, the longest a prompt can be (openai keeps
     n_ctx // 2 - 1 tokens after <|startofprev|>): one shape for every prefill. On the CPU each row
     alone at its own length (padding would cost more there than it saves)."""
+    if not rows:
+        return []
     if not invariant:
-        return [(list(rows), max(sots))] if rows else []
+        return [(list(rows), max(sots))]
     if not cuda:
         return [([row], sot) for row, sot in zip(rows, sots)]
     length = max(n_ctx // 2, *sots)

@@ -95,6 +95,8 @@ def test_batch_invariant_prefills_have_one_shape_on_cuda_and_are_single_rows_on_
     for cuda in (False, True):
         assert prefill_groups(rows, [10, 20, 30], 448, cuda, invariant=False) == [([3, 5, 9], 30)]
         assert prefill_groups([], [], 448, cuda, invariant=False) == []
+    for cuda in (False, True):  # an admission without a prompted row (the GPU suite found it failing)
+        assert prefill_groups([], [], 448, cuda, invariant=True) == []
     assert prefill_groups(rows, sots, 448, cuda=False, invariant=True) == [([3], 10), ([5], 20), ([9], 224)]
     assert prefill_groups(rows, sots, 448, cuda=True, invariant=True) == [([3, 5, 9, 9, 9, 9, 9, 9], 224)]
     nine = prefill_groups(list(range(9)), [5] * 9, 448, cuda=True, invariant=True)
