@@ -140,9 +140,9 @@ class Transcriber:
                                     self.config.attention.describe(self.config.dtype))  # fmt: skip
         self._schedulers: dict[DecodeOptions, Scheduler] = {}
         self._speech_detector: SpeechDetector | None = None
-        # --vad: items scored at once (tests and benchmarks vary it); batch-invariant: each alone,
-        # since the detector's batched frames are GEMMs whose kernels change with the batch too
-        self.vad_batching = VadBatching(max_items=1) if self.config.batch_invariant else VadBatching()
+        # --vad: items scored at once (tests and benchmarks vary it); under batch invariance the
+        # detector scores them at fixed shapes (audio/vad_model.py)
+        self.vad_batching = VadBatching()
         if self.options.vad:
             self.speech_detector()  # loaded with the model: inside run()'s deferred stops, as the weights are
 
@@ -218,7 +218,7 @@ class Transcriber:
     def speech_detector(self) -> SpeechDetector:
         """--vad's Silero model, loaded once, on the engine's device."""
         if self._speech_detector is None:
-            self._speech_detector = SpeechDetector(self.config.device)
+            self._speech_detector = SpeechDetector(self.config.device, invariant=self.config.batch_invariant)
         return self._speech_detector
 
     def transcribe(

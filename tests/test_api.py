@@ -61,7 +61,8 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
         Transcriber(str(tiny_en_dir), device="gpu0")
     invariant = Transcriber(str(tiny_en_dir), device="cpu", batch_invariant=True)
     assert invariant.describe()["identity"] == {**described["identity"], "batch_invariant": True}
-    assert (invariant.vad_batching.max_items, t.vad_batching.max_items) == (1, 64)  # --vad scores each item alone
+    if importlib.util.find_spec("silero_vad") is not None:  # --vad's detector: at fixed shapes only then
+        assert invariant.speech_detector()._sequence.rows and t.speech_detector()._sequence.rows is None
 
 
 README = Path(__file__).resolve().parents[1] / "README.md"

@@ -29,6 +29,9 @@ from batchscribe.constants import SAMPLE_RATE
 log = logging.getLogger(__name__)
 
 MAX_CHUNK_SECONDS = 30.0  # one Whisper window
+# Items per call of the fixed-shape scorer (`invariant`): the LSTM steps all of them, so the GPU's
+# latency-bound steps take a whole stage batch at once, while the CPU pays for each padding row.
+INVARIANT_ITEMS = {"cuda": 64, "cpu": 4}
 # faster-whisper BatchedInferencePipeline's VAD settings: chunks up to a window, 160 ms of silence
 # splits speech, 400 ms of padding keeps word onsets and tails.
 MIN_SILENCE_MS, SPEECH_PAD_MS, THRESHOLD = 160, 400, 0.5
@@ -126,9 +129,11 @@ class SpeechDetector:
     whole sequences (`sequence`), else (`sequence=False`, or a model whose parts are not the
     expected ones) its own `audio_forward` over the items as rows of one batch. Either way an
     item's probabilities equal get_speech_timestamps's up to float rounding (tests/audio/test_vad.py).
+    `invariant` (`--batch-invariant`): an item's probabilities are the same bits whichever items
+    share its call (the sequence path at fixed shapes; audio_forward one item a call).
     One lock: the model object holds the stepwise path's state between its chunk steps."""
 
-    def __init__(self, device: str | Any = "cpu", sequence: bool = True) -> None:
+    def __init__(self, device: str | Any = "cpu", sequence: bool = True, invariant: bool = False) -> None:
         require_vad()
         import torch
         from silero_vad import load_silero_vad
@@ -140,7 +145,9 @@ class SpeechDetector:
         self._lock = threading.Lock()
         # On CUDA its own stream, so the engine's work on the default stream does not wait for it.
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self._sequence = SequenceScorer(self._model, self.device) if fits else None
+        rows = INVARIANT_ITEMS.get(self.device.type, 1) if invariant else None
+        self._sequence = SequenceScorer(self._model, self.device, rows) if fits else None
+        self._one_by_one = invariant and not fits
         if sequence and not fits:
             log.warning("this silero-vad model's parts are not the ones batchscribe scores all at once; "
                         "--vad uses its audio_forward, chunk step by chunk step (slower)")  # fmt: skip
@@ -161,6 +168,8 @@ class SpeechDetector:
         with self._lock, self._on_stream(), torch.inference_mode():
             if self._sequence is not None:
                 return self._sequence(audios)
+            if self._one_by_one:
+                return [stepwise(self._model, [a], self.device)[0] for a in audios]
             return stepwise(self._model, audios, self.device)
 
     def detect(self, audios: Sequence[np.ndarray]) -> list[Speech]:

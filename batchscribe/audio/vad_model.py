@@ -15,6 +15,12 @@ step depends on earlier chunks.
   (tests/audio/test_vad_model.py); an item alone costs one encoder pass, not one model call per
   chunk. It reads the model's submodules, so `SequenceScorer.fits` checks them on a probe first
   (a silero-vad release may change them).
+
+An item's probabilities from either path depend in their last bits on the other items of its call:
+the convolutions' and the LSTM's kernels change with the row count. `SequenceScorer(rows=R)` runs
+every call at fixed shapes instead (R items, the encoder and head over FIXED_ROWS chunks, the LSTM
+over FIXED_STEPS time steps per call, each padded with zeros), so an item's probabilities are the
+same bits in any batch (`--batch-invariant`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ import numpy as np
 CHUNK, CONTEXT, FEATURES = 512, 64, 128  # samples per probability, samples of context, LSTM width (16 kHz)
 ENCODE_CHUNKS = 8192  # chunks per encoder call: bounds the STFT's activations ([n, 258, 4] floats)
 LSTM_POSITIONS = 1 << 16  # rows x time steps per LSTM call: bounds its gates ([n, 512] floats)
+FIXED_ROWS = 2048  # chunks per encoder and head call at fixed shapes
+FIXED_STEPS = 128  # LSTM time steps per call at fixed shapes (~4 s of audio)
 PROBE_TOLERANCE = 1e-4  # far above float32 rounding, far below what a wrongly read part gives
 
 
@@ -50,7 +58,9 @@ class SequenceScorer:
     """Silero's probabilities with its encoder and head over all chunks at once and its LSTM over
     whole sequences (see the module docstring)."""
 
-    def __init__(self, model: Any, device: Any):
+    def __init__(self, model: Any, device: Any, rows: int | None = None):
+        """`rows`: score at fixed shapes, `rows` items a call (see the module docstring); None:
+        every call's shapes follow its items."""
         import torch
 
         inner = model._model
@@ -62,7 +72,7 @@ class SequenceScorer:
                 getattr(self.lstm, f"weight_{ours}_l0").copy_(theirs)
             self.lstm.bias_ih_l0.copy_(cell.bias_ih)
             self.lstm.bias_hh_l0.copy_(cell.bias_hh)
-        self.device = device
+        self.device, self.rows = device, rows
 
     @classmethod
     def fits(cls, model: Any) -> bool:
@@ -84,6 +94,11 @@ class SequenceScorer:
 
     def __call__(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Each item's probabilities ([n_chunks] float32, host)."""
+        if self.rows is not None:  # fixed shapes: `rows` items a call
+            return [p for i in range(0, len(audios), self.rows) for p in self._score(audios[i : i + self.rows])]
+        return self._score(audios)
+
+    def _score(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         import torch
 
         counts = [n_chunks(len(a)) for a in audios]
@@ -91,7 +106,7 @@ class SequenceScorer:
             return [np.zeros(0, dtype=np.float32) for _ in audios]
         features = self._encode(self._frames(audios, counts))  # [N, 128]
         hidden = self._recur(torch.split(features, counts))  # [N, 128]
-        probs = self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()  # [N]
+        probs = self._head(hidden)  # [N]
         return list(np.split(probs, np.cumsum(counts)[:-1]))
 
     def _frames(self, audios: Sequence[np.ndarray], counts: list[int]) -> Any:
@@ -110,21 +125,43 @@ class SequenceScorer:
         """[N, 576] -> [N, 128]: the STFT and encoder, a slice of chunks at a time."""
         import torch
 
-        return torch.cat([self.encoder(self.stft(frames[i : i + ENCODE_CHUNKS])).squeeze(-1)
-                          for i in range(0, len(frames), ENCODE_CHUNKS)])  # fmt: skip
+        step = ENCODE_CHUNKS if self.rows is None else FIXED_ROWS
+        return torch.cat([self.encoder(self.stft(part)).squeeze(-1) for part in self._slices(frames, step)])[: len(frames)]
+
+    def _head(self, hidden: Any) -> Any:
+        """[N, 128] -> [N] probabilities on the host: the 1x1 convolution and sigmoid."""
+        import torch
+
+        if self.rows is None:
+            return self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()
+        parts = [self.head(part.unsqueeze(-1)).reshape(-1) for part in self._slices(hidden, FIXED_ROWS)]
+        return torch.cat(parts)[: len(hidden)].float().cpu().numpy()
+
+    def _slices(self, x: Any, step: int) -> list[Any]:
+        """`x` [n, ...] in slices of `step` rows; at fixed shapes the last is padded with zeros."""
+        import torch
+
+        if self.rows is not None and len(x) % step:
+            x = torch.cat([x, x.new_zeros((step - len(x) % step, *x.shape[1:]))])
+        return [x[i : i + step] for i in range(0, len(x), step)]
 
     def _recur(self, sequences: Sequence[Any]) -> Any:
         """Items' feature sequences ([n_k, 128] each) -> the LSTM's outputs, concatenated [N, 128].
         Rows padded at their end (causal: padding changes no earlier step); time cut into slices
-        that carry (h, c) across, to bound the gates' memory."""
+        that carry (h, c) across, to bound the gates' memory. At fixed shapes: `rows` rows (zero
+        rows for missing items) and slices of FIXED_STEPS, the last padded."""
         import torch
+        import torch.nn.functional as F
 
         live = [s for s in sequences if len(s)]
         padded = torch.nn.utils.rnn.pad_sequence(live, batch_first=True)  # [B, T, 128]
-        step = max(1, LSTM_POSITIONS // len(live))
+        step = max(1, LSTM_POSITIONS // len(live)) if self.rows is None else FIXED_STEPS
         state, outs = None, []
         for i in range(0, padded.shape[1], step):
-            out, state = self.lstm(padded[:, i : i + step], state)
-            outs.append(out)
+            part = padded[:, i : i + step]  # [B, <= step, 128]
+            if self.rows is not None:  # into a [rows, FIXED_STEPS, 128] block of zeros
+                part = F.pad(part, (0, 0, 0, step - part.shape[1], 0, self.rows - len(live)))
+            out, state = self.lstm(part, state)
+            outs.append(out[: len(live), : min(step, padded.shape[1] - i)])
         hidden = torch.cat(outs, dim=1)  # [B, T, 128]
         return torch.cat([hidden[k, : len(s)] for k, s in enumerate(live)])

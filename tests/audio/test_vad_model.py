@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from tests.marks import gpu
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None,
                                 reason="needs pip install 'batchscribe[vad]'")  # fmt: skip
 
@@ -84,3 +86,52 @@ def test_the_detector_falls_back_to_audio_forward(model, audios, monkeypatch, ca
 
     want = stepwise(model, audios[:3], "cpu")
     assert all(np.array_equal(g, w) for g, w in zip(got, want))  # the same call: the same floats
+
+
+def _batches(n: int) -> list[list[int]]:
+    """Item orders and companions: alone, reversed, more items than a call takes, each with others."""
+    return [list(range(n)), list(reversed(range(n))), [1, n - 1, 3], [n - 2, 0, 5, 2, 6, 4, 7]]
+
+
+def _same_bits_in_any_batch(score, audios) -> list[np.ndarray]:
+    """Each item's probabilities alone, after checking that every batch of `_batches` gives the same bits."""
+    alone = [score([a])[0] for a in audios]
+    for order in _batches(len(audios)):
+        got = score([audios[k] for k in order])
+        assert [k for k, g in zip(order, got) if not np.array_equal(g, alone[k])] == []
+    return alone
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=gpu)])
+def test_fixed_shapes_give_an_item_the_same_bits_in_any_batch(model, audios, device, monkeypatch) -> None:
+    """`rows=`: every call at one shape, so an item's probabilities do not depend on the items
+    beside it (batched calls at their own shapes differ in the last bits: the kernels change with
+    the row count), and they still equal audio_forward's within rounding. Small fixed slices make
+    the encoder's, the head's and the LSTM's last slices end mid-item and be padded."""
+    import torch
+
+    from batchscribe.audio import vad_model
+
+    monkeypatch.setattr(vad_model, "FIXED_ROWS", 97)
+    monkeypatch.setattr(vad_model, "FIXED_STEPS", 23)
+    scorer = vad_model.SequenceScorer(model.to(device), device, rows=4)
+    with torch.inference_mode():
+        alone = _same_bits_in_any_batch(scorer, audios)
+    model.to("cpu")
+    for a, w, p in zip(audios, _stepwise_alone(model, audios), alone):
+        assert p.shape == w.shape == (-(-len(a) // 512),)
+        assert p.size == 0 or np.abs(p - w).max() < (ROUNDING if device == "cpu" else 1e-3)
+
+
+def test_an_invariant_detector_scores_alike_in_any_batch(audios, monkeypatch) -> None:
+    """SpeechDetector(invariant=True): the fixed-shape scorer, or, where it does not fit the model,
+    audio_forward one item a call; either way the same bits in any batch."""
+    from batchscribe.audio import vad
+
+    detector = vad.SpeechDetector(invariant=True)
+    assert detector._sequence.rows == vad.INVARIANT_ITEMS["cpu"]
+    _same_bits_in_any_batch(detector.probabilities, audios)
+    monkeypatch.setattr(vad.SequenceScorer, "fits", classmethod(lambda cls, m: False))
+    fallback = vad.SpeechDetector(invariant=True)
+    assert fallback._sequence is None
+    _same_bits_in_any_batch(fallback.probabilities, audios)
