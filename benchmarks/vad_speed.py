@@ -1,7 +1,8 @@
 """--vad's detector alone: silero-vad's get_speech_timestamps item by item (what --vad ran before)
 against batchscribe's batched paths (SpeechDetector on batches cut by VadBatching, the rules on
 the host), stepwise (the model's audio_forward over rows) and sequence (encoder over all chunks,
-LSTM over sequences; the default), over the long-form files and, with --librispeech N, N
+LSTM over sequences; the default) and the sequence path at fixed shapes (`--batch-invariant`),
+over the long-form files and, with --librispeech N, N
 LibriSpeech rows.
 
     python benchmarks/vad_speed.py [--batch-sizes 1,2,4,8,64] [--librispeech 256] [--repeat 2] [--device cuda] [--append]
@@ -126,14 +127,16 @@ def main() -> None:
           f"{args.device}, commit {commit()}")
     wall, reference = best_of(lambda: per_item(items), args.repeat)
     rows = [("silero get_speech_timestamps, per item", wall, audio_s, len(items))]
+    default = SpeechDetector(args.device)
     for name, detector in (("stepwise (audio_forward)", SpeechDetector(args.device, sequence=False)),
-                           ("sequence", SpeechDetector(args.device))):  # fmt: skip
+                           ("sequence", default),
+                           ("sequence at fixed shapes (--batch-invariant)", SpeechDetector(args.device, invariant=True))):  # fmt: skip
         for size in [int(s) for s in args.batch_sizes.split(",")]:
             batching = VadBatching(max_items=size)
             wall, (spans, padded) = best_of(lambda: batched(detector, items, batching), args.repeat)
             same = sum(a == b for a, b in zip(spans, reference))
             rows.append((f"{name}, max_items {size}", wall, padded / 16000, same))
-    wall, n = best_of(lambda: through_stage(detector, items), args.repeat)
+    wall, n = best_of(lambda: through_stage(default, items), args.repeat)
     rows.append((f"SpeechStage, default {VadBatching()}", wall, float("nan"), n))
     print("\n| path | wall s | items/s | x real time | padded s | same spans |\n| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, wall, padded_s, same in rows:
