@@ -9,8 +9,11 @@ bash benchmarks/device/stage_b.sh
 export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
 # Every test marked gpu (they skip without CUDA on the CPU machine), wherever it lives in tests/.
 # Modules that import what the image lacks (av, openai) at the top hold no GPU test: collect the rest.
-timeout ${TEST_TIMEOUT:-540} python3 -m pytest -q -m gpu --continue-on-collection-errors tests "$@" > $OUT/tests.txt 2>&1
-tail -4 $OUT/tests.txt | cut -c1-300
+# -v names each test as it ends (the last one named is where a timed-out suite stood); a test past
+# 150 s fails alone (pytest-timeout, in the image) instead of taking the suite's time.
+timeout ${TEST_TIMEOUT:-540} python3 -m pytest -v -m gpu --continue-on-collection-errors --timeout=150 --durations=25 \
+    tests "$@" > $OUT/tests.txt 2>&1
+grep -E "^(FAILED|ERROR)|passed|failed" $OUT/tests.txt | tail -8 | cut -c1-300
 # What the suite left running (a Ray daemon, a worker) takes CPU from every later benchmark here.
 ps -eo pid,pcpu,etime,args --sort=-pcpu --no-headers | grep -v -E "ps -eo|grep" | head -5 | cut -c1-160 > $OUT/left.txt
 pkill -f -E "raylet|gcs_server|ray::|dashboard" 2>/dev/null || true
