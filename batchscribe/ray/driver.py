@@ -37,7 +37,7 @@ from batchscribe.output.records import now_iso
 from batchscribe.output.resume import OutputState, output_prefix
 from batchscribe.ray.actor import Transcribe, decode_batch, keep_rows
 from batchscribe.ray.commit import Drive
-from batchscribe.run import check_item_prompts, run_config
+from batchscribe.run import check_item_prompts, check_model, run_config
 from batchscribe.run_folder import Folder, checked_state
 from batchscribe.run_options import RunOptions, RunResult
 from batchscribe.sink import ProgressCallback, estimate_total
@@ -143,7 +143,14 @@ def run_on_ray(inputs: Sequence[str], output_dir: Path | str, opts: RunOptions, 
                progress: ProgressCallback | None = None) -> RunResult:  # fmt: skip
     """Like `run.run`, on Ray Data; the same errors, summary and exit paths."""
     _check_options(opts)
-    check_item_prompts(opts)
+    if plan.address is None:
+        # The local cluster's actors load the model on this machine: the plain run's checks come
+        # first, before the lock files (never removed) and the cluster. On a remote cluster the
+        # model may exist only on its nodes, and a hub id would be downloaded here: its errors
+        # come from the actors.
+        check_model(opts)
+    else:
+        check_item_prompts(opts)
     output_dir = Path(output_dir)
     start_wall, start_time = time.monotonic(), now_iso()
     source = dataclasses.replace(opts.source, exclude=(os.path.realpath(output_dir),))

@@ -245,3 +245,29 @@ def test_an_actor_hands_the_engine_views_of_arrow_samples_or_copies_in_its_arena
                 assert buffer.address <= start < buffer.address + buffer.size
             else:
                 assert arena.holds(audio)
+
+
+def test_ray_on_a_local_cluster_checks_the_model_before_anything_starts(tmp_path: Path, tiny_en_dir: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """An unknown model or a language it cannot do is the plain run's usage error with a local
+    cluster, before the output folder's lock files (never removed) and before Ray starts (it
+    took ~20 s and an actor's traceback to say the same)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    import batchscribe.ray.driver
+    from batchscribe.cli import app
+
+    def starts() -> None:
+        raise AssertionError("Ray was to start")
+
+    monkeypatch.setattr(batchscribe.ray.driver, "import_ray", starts)
+    pq.write_table(pa.table({"id": ["a"], "audio": [{"bytes": _flac(0.2), "path": None}]}), tmp_path / "one.parquet")
+    cases = [(["--model", "no-such-model"], "no Whisper model found for 'no-such-model'"),
+             (["--model", str(tiny_en_dir), "--language", "de"], "--language")]  # fmt: skip
+    for args, says in cases:
+        result = CliRunner().invoke(app, ["run", str(tmp_path / "one.parquet"), "--ray", "local", *args, "-o", str(tmp_path / "out")],
+                                    env={"COLUMNS": "300"})  # fmt: skip
+        assert result.exit_code == 2 and says in result.output, result.output
+        assert not (tmp_path / "out").exists()
