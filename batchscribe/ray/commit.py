@@ -12,6 +12,7 @@ dropped: each id ends in exactly one record.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -24,6 +25,8 @@ from batchscribe.run_options import RunOptions, RunResult, TooManyErrors
 from batchscribe.sink import CompletedFilter, ProgressCallback, Sink, run_summary
 
 _USER_ERRORS = (*MODEL_ERROR_NAMES, "ConfigError", "LanguageError")
+# The last line of a traceback that raised one of them: `package.module.Name: message` (to the end).
+_RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:" + "|".join(_USER_ERRORS) + r"): ", re.M)
 
 
 class RayRunError(RuntimeError):
@@ -106,6 +109,13 @@ def _user_error(exc: BaseException) -> BaseException | None:
         return None
     if not type(exc).__module__.startswith("ray"):
         return None
+    if getattr(exc, "actor_init_failed", False):
+        # An actor's constructor raised (an unknown model on a remote cluster's node): Ray keeps
+        # only the traceback's text (ActorDiedError holds no cause), so its last line is read.
+        text = str(exc)
+        found = list(_RAISED.finditer(text))
+        if found:
+            return ConfigError(text[found[-1].end() :].strip())
     cause = getattr(exc, "cause", None)
     while cause is not None and type(cause).__module__.startswith("ray") and getattr(cause, "cause", None):
         cause = cause.cause

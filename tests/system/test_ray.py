@@ -88,6 +88,21 @@ def test_two_actors_over_40_rows_equal_a_plain_run(rows: Path, model_cache: Path
     assert again.returncode == 0 and "nothing left to do" in again.stderr, again.stderr
 
 
+def test_an_actors_model_error_on_a_cluster_by_address_is_a_usage_error(rows: Path, model_cache: Path, cluster: str,
+                                                                        tmp_path: Path) -> None:  # fmt: skip
+    """On a cluster given by its address the driver leaves the model to the actors (it may exist
+    only on the cluster's nodes): an unknown one fails the actors' constructors, and the run says
+    so as a plain run does (exit 2, the model named), committing nothing. (Ray Data logs its own
+    trace of the actor's death before that.)"""
+    cmd = command(rows, tmp_path / "out", model_cache)
+    cmd[cmd.index("tiny.en")] = "no-such-model"
+    got = _run([*cmd, "--ray", cluster])
+    assert got.returncode == 2, got.stderr
+    assert "\nerror: no Whisper model found for 'no-such-model'" in got.stderr, got.stderr
+    assert "Ray Data failed the run" not in got.stderr
+    assert committed(tmp_path / "out") == []
+
+
 def test_word_timestamps_into_parquet_equal_a_plain_run(clips: Path, model_cache: Path, cluster: str,
                                                          tmp_path: Path) -> None:  # fmt: skip
     """`--ray --word-timestamps --format parquet`: the actors' words reach the Parquet writer as the
