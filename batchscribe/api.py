@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, fields
@@ -47,6 +48,12 @@ def _samples(items: Iterable[tuple | None], sample_rate: int | None, failed: deq
         if entry is None:  # a live source's "nothing ready yet" (ray/feed.py), for the scheduler
             yield None
             continue
+        if not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+            # NOTE: unpacking a bare path would split it into characters: id '/', audio 'w', ...
+            raise TypeError(
+                f"transcribe_stream() takes (id, audio) pairs, not {_describe_entry(entry)}; "
+                "pass e.g. [(path, path)] or [('utt1', samples)], or call transcribe() for bare items"
+            )
         item_id, audio, *prompt = entry
         if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
             check_array(item_id, audio)
@@ -57,6 +64,14 @@ def _samples(items: Iterable[tuple | None], sample_rate: int | None, failed: deq
                 failed.append(make_error_record(item_id, str(exc)))
                 continue
         yield (item_id, audio, *prompt)
+
+
+def _describe_entry(entry: object) -> str:
+    if isinstance(entry, (tuple, list)):
+        return f"a {type(entry).__name__} of {len(entry)} elements"
+    if isinstance(entry, (str, os.PathLike)):
+        return f"the bare path {os.fspath(entry)!r}"
+    return f"a {type(entry).__name__}"
 
 
 def _drain(failed: deque[dict]) -> Iterator[dict]:

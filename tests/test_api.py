@@ -163,6 +163,18 @@ def test_a_file_that_cannot_be_decoded_costs_a_batch_only_its_own_record(transcr
         transcriber.transcribe(5)
 
 
+@pytest.mark.parametrize("entry, named", [
+    ("clip.flac", r"the bare path 'clip.flac'"),
+    (np.zeros(16000, np.float32), r"a ndarray"),
+    (("a", "b", "c", "d"), r"a tuple of 4 elements"),
+])
+def test_a_stream_entry_that_is_not_an_id_audio_pair_is_refused(transcriber, entry, named) -> None:
+    """transcribe_stream takes (id, audio) pairs. A bare path was unpacked into its characters (id
+    '/', audio 'w') and came back as an error record for a file 'w' under a made-up id."""
+    with pytest.raises(TypeError, match=rf"takes \(id, audio\) pairs, not {named}"):
+        list(transcriber.transcribe_stream([entry]))
+
+
 @pytest.mark.skipif(importlib.util.find_spec("silero_vad") is None, reason="needs pip install 'batchscribe[vad]'")
 def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_item(transcriber, utterances) -> None:
     """--vad through transcribe_stream (speech found ahead, in batches, on worker threads) against
