@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -41,6 +42,19 @@ def require_vad() -> None:
     if importlib.util.find_spec("silero_vad") is None:
         raise ConfigError("--vad needs the silero-vad package, which is not installed; "
                           "install it with: pip install 'batchscribe[vad]'")  # fmt: skip
+
+
+def _temperature_ladder(value: object) -> tuple[float, ...]:
+    """temperatures as given (a number or a sequence of numbers) -> a tuple of floats."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (float(value),)
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        return tuple(float(t) for t in value)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        raise ConfigError(f"temperatures={value!r} is not a number or a sequence of numbers; "
+                          "e.g. 0.0 or (0.0, 0.2, 0.4)") from None
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,11 @@ class DecodeOptions:
             object.__setattr__(self, "language", None)
         if self.task not in ("transcribe", "translate"):
             raise ConfigError(f"task={self.task!r} is not supported; use 'transcribe' or 'translate'")
+        # NOTE: options key the transcriber's engines (a dict), so a list here raised "unhashable
+        # type" only at transcribe(). A single number is a one-step ladder, as openai's temperature=.
+        object.__setattr__(self, "temperatures", _temperature_ladder(self.temperatures))
+        if not isinstance(self.suppress_tokens, (str, tuple)) and isinstance(self.suppress_tokens, Iterable):
+            object.__setattr__(self, "suppress_tokens", tuple(int(t) for t in self.suppress_tokens))
         if not self.temperatures:
             raise ConfigError("temperatures is empty; give at least one, e.g. (0.0,)")
         if any(t < 0 for t in self.temperatures):

@@ -18,7 +18,24 @@ def test_a_named_language_is_kept() -> None:
     assert DecodeOptions(language="de").language == "de" and DecodeOptions(language="German").language == "German"
 
 
+@pytest.mark.parametrize("given, ladder", [(0, (0.0,)), (0.2, (0.2,)), ([0, 0.5], (0.0, 0.5)), ((0.0, 1), (0.0, 1.0))])
+def test_temperatures_take_a_number_or_any_sequence(given: object, ladder: tuple[float, ...]) -> None:
+    """openai's transcribe() takes temperature=0.2 or a tuple. A bare 0.0 was refused as "empty",
+    0.2 raised "'float' object is not iterable", and a list built a Transcriber that then failed in
+    transcribe() with "unhashable type: 'list'" (options key its engines)."""
+    options = DecodeOptions(temperatures=given)  # type: ignore[arg-type]
+    assert options.temperatures == ladder and all(type(t) is float for t in options.temperatures)
+    assert options == DecodeOptions(temperatures=ladder) and {options: 1}[DecodeOptions(temperatures=ladder)] == 1
+
+
+def test_suppress_tokens_as_a_list_is_hashable_and_equal_to_the_tuple() -> None:
+    assert hash(DecodeOptions(suppress_tokens=[-1, 220])) == hash(DecodeOptions(suppress_tokens=(-1, 220)))  # type: ignore[arg-type]
+    assert DecodeOptions(suppress_tokens="-1,220").suppress_tokens == "-1,220"
+
+
 @pytest.mark.parametrize("kwargs, message", [
+    (dict(temperatures="0,0.2"), r"temperatures='0,0.2' is not a number or a sequence of numbers"),
+    (dict(temperatures=("hot",)), r"temperatures=\('hot',\) is not a number"),
     (dict(task="summarize"), "task='summarize'.*'transcribe' or 'translate'"),
     (dict(temperatures=()), "temperatures is empty"),
     (dict(temperatures=(0.0, -0.2)), "negative"),
