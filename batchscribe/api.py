@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, prepare_audio
+from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, mapping_hint, prepare_audio
 from batchscribe.audio.decode.base import AudioDecodeError
 from batchscribe.audio.vad import SpeechDetector
 from batchscribe.audio.vad_stream import SpeechStage, VadBatching
@@ -246,6 +246,9 @@ class Transcriber:
         float array of samples at `sample_rate` Hz (resampled to 16 kHz). Ids: the pair's, else a
         path as given, else the item's position in the list.
         """
+        if isinstance(audio, Mapping):
+            raise TypeError(f"transcribe() takes a path, bytes, an array or a list of them; its argument "
+                            f"{mapping_hint(audio)}")
         single = is_audio(audio) and not isinstance(audio, (list, tuple))
         if not single and not isinstance(audio, Iterable):
             raise TypeError(f"transcribe() takes a path, bytes, an array or a list of them (or of (id, item) "

@@ -163,6 +163,19 @@ def test_a_file_that_cannot_be_decoded_costs_a_batch_only_its_own_record(transcr
         transcriber.transcribe(5)
 
 
+@pytest.mark.parametrize("audio, message", [
+    ({"array": np.zeros(16000, np.float32), "sampling_rate": 16000, "path": "a.wav"},
+     r"argument is a dict with 'array' \(a Hugging Face datasets audio cell\).*sample_rate=audio\['sampling_rate'\]"),
+    ({"a": "clip.flac"}, r"argument is a dict; pass a list of \(id, item\) pairs"),
+    ([{"array": np.zeros(16000, np.float32), "sampling_rate": 16000}], r"audio for '0' is a dict with 'array'"),
+])
+def test_a_dict_is_refused_naming_what_to_pass(transcriber, audio, message) -> None:
+    """A dict was iterated as a list of items: a Hugging Face audio cell {array, sampling_rate,
+    path} came back as three error records for missing files 'array', 'sampling_rate', 'path'."""
+    with pytest.raises(TypeError, match=message):
+        transcriber.transcribe(audio)
+
+
 @pytest.mark.parametrize("entry, named", [
     ("clip.flac", r"the bare path 'clip.flac'"),
     (np.zeros(16000, np.float32), r"a ndarray"),

@@ -10,6 +10,7 @@ gives nonsense, both without any error (issue 19).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 import numpy as np
 import soxr
@@ -25,6 +26,15 @@ AudioLike = str | os.PathLike | bytes | bytearray | memoryview | np.ndarray
 def is_audio(value: object) -> bool:
     """One item's audio (a path, bytes or an array), as opposed to a list of items or an (id, audio) pair."""
     return isinstance(value, ENCODED) or (isinstance(value, np.ndarray) and value.ndim != 0)
+
+
+def mapping_hint(value: Mapping) -> str:
+    """Why a dict is not audio, and what to pass instead. NOTE: iterated as a list of items, a
+    Hugging Face audio cell {"array", "sampling_rate", "path"} became three missing files."""
+    if "array" in value:
+        return ("is a dict with 'array' (a Hugging Face datasets audio cell); pass its samples and rate: "
+                "transcribe(audio['array'], sample_rate=audio['sampling_rate'])")
+    return "is a dict; pass a list of (id, item) pairs instead, e.g. list(items.items())"
 
 
 def item_label(value: object, index: int) -> str:
@@ -44,6 +54,8 @@ def prepare_audio(item_id: str, audio: object, sample_rate: int | None) -> np.nd
             return decode_audio(audio)
         except AudioDecodeError as exc:
             raise AudioDecodeError(f"audio for {item_id!r}: {exc}") from None
+    if isinstance(audio, Mapping):
+        raise TypeError(f"audio for {item_id!r} {mapping_hint(audio)}")
     if not isinstance(audio, np.ndarray):
         raise TypeError(
             f"audio for {item_id!r} is a {type(audio).__name__}; pass a file path, encoded bytes or a "

@@ -57,3 +57,9 @@ def test_check_array_names_shape_or_dtype_and_the_fix(audio: np.ndarray, message
 def test_objects_that_are_not_audio_are_refused_by_type() -> None:
     with pytest.raises(TypeError, match="is a list; pass a file path, encoded bytes or a numpy array"):
         prepare_audio("x", [0.0, 0.1], 16000)
+
+
+def test_a_hugging_face_audio_cell_is_refused_naming_its_fields() -> None:
+    cell = {"array": np.zeros(10, np.float32), "sampling_rate": 16000, "path": None}
+    with pytest.raises(TypeError, match=r"'x' is a dict with 'array'.*transcribe\(audio\['array'\], sample_rate="):
+        prepare_audio("x", cell, None)
