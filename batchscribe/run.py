@@ -259,14 +259,14 @@ def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Si
         status = "stopped: too many errors" if sink.stop else "complete"
     except BaseException:
         try:
-            sink.writer.flush()  # finished records are valid whatever stopped the run
+            sink.flush()  # finished records are valid whatever stopped the run
         finally:
             try:
                 write_summary(sink.state.directory, summarize(status), summary_name(sink.state.prefix))
             except OSError as exc:  # e.g. the same full disk: the error that stopped the run is the one raised
                 log.warning("the summary could not be written either: %s", exc)
         raise
-    sink.writer.flush()
+    sink.flush()
     return summarize(status)
 
 

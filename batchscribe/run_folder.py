@@ -82,14 +82,14 @@ def open_sink(folder: Folder, opts: RunOptions, described: dict[str, Any], start
     return Sink(writer, state, opts.max_errors, start_wall, total, progress, load_seconds, retried, skip)
 
 
-def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> int:
+def prepare_folder(state: OutputState, opts: RunOptions, lock: OutputLock) -> list[dict[str, Any]]:
     """The first changes to the folder: --overwrite's deletion, or repairs and --retry-errors.
-    Returns how many error records are to be redone."""
+    Returns the error records taken out to be redone."""
     if opts.overwrite:
         try:
             remove_records(state.directory, state.prefix)
         finally:
             lock.share_folder()
-        return 0
+        return []
     repair_output(state)
-    return retry_errors(state) if opts.retry_errors else 0
+    return retry_errors(state) if opts.retry_errors else []

@@ -81,11 +81,15 @@ class Sink:
 
     def __init__(self, writer: ShardWriter, state: OutputState, max_errors: int | None,
                  start: float, total: int | None, progress: ProgressCallback | None,
-                 load_seconds: float = 0.0, retried: int = 0, skip: CompletedFilter | None = None) -> None:  # fmt: skip
+                 load_seconds: float = 0.0, retried: Sequence[dict[str, Any]] = (),
+                 skip: CompletedFilter | None = None) -> None:  # fmt: skip
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
         self.load_seconds = load_seconds
-        self.retried = retried  # error records taken back by --retry-errors, redone this session
+        # Error records taken back by --retry-errors whose items have no new record yet: `flush`
+        # puts them back (see there).
+        self.taken_back = {str(r["id"]): r for r in retried}
+        self.retried = len(self.taken_back)  # of those, redone this session (final after `flush`)
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = 0
         self.skip = skip or CompletedFilter(state)
@@ -106,6 +110,7 @@ class Sink:
     def add(self, record: dict[str, Any]) -> None:
         with self._lock:
             self.writer.add(record)
+            self.taken_back.pop(str(record["id"]), None)
             self.done += 1
             if record.get("error") is None:
                 self.ok += 1
@@ -118,6 +123,17 @@ class Sink:
             snapshot = self.snapshot() if self.progress is not None else None
         if snapshot is not None:
             self.progress(snapshot)
+
+    def flush(self) -> None:
+        """Commit what is buffered, once no more records can come. Error records --retry-errors
+        took out whose items this session never reached (past --limit, after a stop) go back first,
+        as they were: each id keeps exactly one record, and a later --retry-errors redoes them."""
+        with self._lock:
+            back, self.taken_back = list(self.taken_back.values()), {}
+            self.retried -= len(back)
+            for record in back:
+                self.writer.add(record)
+            self.writer.flush()
 
     def snapshot(self) -> RunProgress:
         total = None if self.total is None else max(self.total - self.skipped, self.done)

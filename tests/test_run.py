@@ -311,6 +311,27 @@ def test_max_errors_counts_committed_errors_and_retry_errors_replaces_them(tmp_p
     assert (s["items"], s["errors"], s["this_run"]["retried_errors"]) == (len(rows), 1, 2)
 
 
+def test_retry_errors_with_a_limit_keeps_the_error_records_it_does_not_reach(tmp_path: Path) -> None:
+    """--retry-errors takes every error record out, but --limit (like a stop) may end the run before
+    their items come: those keep their old record, so every id still has exactly one (they were
+    deleted, and a rerun with the same --limit said nothing was left to do)."""
+    manifest, rows = make_manifest(tmp_path, n_copies=1)  # three clips, then "corrupt" and "missing"
+    out = tmp_path / "out"
+    run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
+    before = {r["id"]: r for r in read_all(out)}
+    result = run([str(manifest)], out, opts(retry_errors=True, src={"limit": 3}), lambda o: FakeTranscriber())
+    assert {r["id"]: r for r in read_all(out)} == before  # no error item within the limit: nothing redone
+    assert (result.summary["items"], result.summary["errors"], result.summary["this_run"]["retried_errors"]) == (5, 2, 0)
+    sf.write(tmp_path / "corrupt.flac", np.zeros(1600, np.float32), 16000, format="FLAC")  # repaired
+    again = FakeTranscriber()
+    result = run([str(manifest)], out, opts(retry_errors=True, src={"limit": 4}), lambda o: again)
+    records = read_all(out)
+    assert again.seen == ["corrupt"] and sorted(r["id"] for r in records) == sorted(rows)
+    by_id = {r["id"]: r for r in records}
+    assert by_id["corrupt"]["text"] == " n=1600" and by_id["missing"] == before["missing"]
+    assert (result.summary["items"], result.summary["errors"], result.summary["this_run"]["retried_errors"]) == (5, 1, 1)
+
+
 def test_progress_knows_a_folders_total(tmp_path: Path) -> None:
     """An audio folder is listed up front (cheap at this size), so the bar shows N/total, not N/?."""
     import shutil

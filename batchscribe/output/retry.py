@@ -6,29 +6,33 @@ replaced in one atomic rename (the commit point), then the old shard is removed.
 the manifest rename leaves an unlisted copy of listed ids, and one after it an unlisted old shard
 holding some: `inspect_output` moves such a copy aside (`.superseded`), so no id is listed twice,
 and the next run redoes whatever is not listed. (An old shard of errors only is adopted back.)
+The records taken out are returned: the sink puts back those whose items the run never reaches
+(--limit, a stop), so no id is left without its record.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from batchscribe.output.formats import encode_shard, read_shard
 from batchscribe.output.resume import OutputState, ShardEntry
 from batchscribe.output.writers import fsync_dir, shard_name, write_atomic
 
 
-def retry_errors(state: OutputState) -> int:
-    """Uncommit every error record of `state`'s writer; returns how many ids will be redone."""
+def retry_errors(state: OutputState) -> list[dict[str, Any]]:
+    """Uncommit every error record of `state`'s writer; returns them (their ids are to be redone)."""
     entries: list[ShardEntry] = []
     replaced: list[Path] = []
-    redo = 0
+    redo: list[dict[str, Any]] = []
     for entry in state.entries:
         if entry.errors == 0:
             entries.append(entry)
             continue
         path = state.directory / entry.shard
-        keep = [r for r in read_shard(path) if r.get("error") is None]
-        redo += len(entry.ids) - len(keep)
+        records = read_shard(path)
+        keep = [r for r in records if r.get("error") is None]
+        redo.extend(r for r in records if r.get("error") is not None)
         replaced.append(path)
         if keep:
             name = shard_name(state.prefix, state.next_index, state.fmt)
@@ -36,7 +40,7 @@ def retry_errors(state: OutputState) -> int:
             write_atomic(state.directory / name, encode_shard(keep, state.fmt, {}))
             entries.append(ShardEntry.from_records(name, keep))
     if not replaced:
-        return 0
+        return []
     state.entries = entries
     state.rewrite_manifest()
     for path in replaced:

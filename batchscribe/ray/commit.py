@@ -59,13 +59,13 @@ class Drive:
         except BaseException as exc:
             if self.sink is not None:
                 try:
-                    self.sink.writer.flush()  # finished records are valid whatever stopped the run
+                    self.sink.flush()  # finished records are valid whatever stopped the run
                 finally:
                     self._write_summary(status)
             raise _user_error(exc) or exc
         if self.sink is None:  # no row came back: every item was done already
             return nothing_left(self.state, self.opts, self.skipped, self.start_wall, self.start_time)
-        self.sink.writer.flush()
+        self.sink.flush()
         summary = self._write_summary(status)
         if self.sink.stop:
             raise TooManyErrors(f"{self.sink.total_errors} item errors exceed --max-errors {self.opts.max_errors}; "
