@@ -18,6 +18,7 @@ from typing import Any
 from batchscribe.audio.sources import SourceError, SourceOptions, iter_source
 from batchscribe.audio.sources.columns import REFERENCE_COLUMNS
 from batchscribe.output.formats import read_shard
+from batchscribe.output.resume import inspect_output, writer_prefixes
 from batchscribe.output.writers import SUMMARY_NAME
 
 SHARD_SUFFIXES = (".jsonl", ".parquet")
@@ -49,6 +50,12 @@ def shard_files(paths: Sequence[Path]) -> list[Path]:
     for path in map(Path, paths):
         if path.is_file():
             found.append(path)
+        elif path.is_dir() and any(path.glob("_manifest*.ndjson")):
+            shards = _committed_shards(path)
+            if not shards:
+                raise EvalInputError(f"{path}: a run's folder that holds no committed records yet; rerun that "
+                                     "`batchscribe run` command to transcribe them")
+            found.extend(shards)
         elif path.is_dir():
             shards = sorted(p for p in path.rglob("*") if p.suffix in SHARD_SUFFIXES and p.is_file()
                             and not p.name.startswith("."))  # ".x.jsonl.tmp" are uncommitted shards
@@ -59,6 +66,19 @@ def shard_files(paths: Sequence[Path]) -> list[Path]:
         else:
             raise EvalInputError(f"{path}: no such file or directory; give a run's output directory")
     return found
+
+
+def _committed_shards(folder: Path) -> list[Path]:
+    """A run folder's committed shards, every writer's, read as a resume reads them: a file of the
+    user's or an old copy an interrupted --retry-errors left is not a record shard of the run."""
+    shards: list[Path] = []
+    for prefix in writer_prefixes(folder):
+        state = inspect_output(folder, "jsonl", prefix)  # the format only matters for writing
+        for name, why in state.bad:
+            raise EvalInputError(f"{folder / name}: cannot be read as record shard ({why}); rerun that "
+                                 "`batchscribe run` command: it moves a damaged shard aside and redoes its items")
+        shards.extend(folder / e.shard for e in state.entries)
+    return shards
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from batchscribe.output.formats import read_shard
-from batchscribe.output.resume import RECORD_FILES, OutputDirError, inspect_output
+from batchscribe.output.resume import OutputDirError, inspect_output, writer_prefixes
 from batchscribe.output.subtitles import SUBTITLE_FORMATS, render
 from batchscribe.output.writers import fsync_dir, write_atomic
 
@@ -87,22 +87,12 @@ def file_stems(ids: list[str]) -> dict[str, str]:
     return stems
 
 
-def _prefixes(directory: Path) -> list[str]:
-    """Every writer's prefix ("records", "records-part00000of00004", ...) seen in a shard or manifest name."""
-    names = [p.name for p in directory.iterdir()]
-    found = {"records" + (m.group(1) or "") for n in names if (m := RECORD_FILES.match(n))}
-    found |= {n[len("_manifest-"):-len(".ndjson")] for n in names if n.startswith("_manifest-") and n.endswith(".ndjson")}
-    if "_manifest.ndjson" in names:
-        found.add("records")
-    return sorted(found)
-
-
 def committed_records(directory: Path) -> tuple[Iterator[dict[str, Any]], tuple[str, ...]]:
     """Every writer's committed records in `directory`, and the shards skipped as damaged."""
     directory = Path(directory)
     if not directory.is_dir():
         raise ExportError(f"{directory}: no such folder; give the --output folder of a `batchscribe run`")
-    states = [inspect_output(directory, "jsonl", prefix) for prefix in _prefixes(directory)]
+    states = [inspect_output(directory, "jsonl", prefix) for prefix in writer_prefixes(directory)]
     if not any(s.entries for s in states):
         raise ExportError(f"{directory}: holds no committed records; give the --output folder of a "
                           f"`batchscribe run` that has committed at least one shard")

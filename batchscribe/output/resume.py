@@ -273,6 +273,16 @@ def check_writable(directory: Path) -> None:
         ) from exc
 
 
+def writer_prefixes(directory: Path) -> list[str]:
+    """Every writer's prefix ("records", "records-part00000of00004", ...) seen in a shard or manifest name."""
+    names = [p.name for p in Path(directory).iterdir()]
+    found = {"records" + (m.group(1) or "") for n in names if (m := RECORD_FILES.match(n))}
+    found |= {n[len("_manifest-"):-len(".ndjson")] for n in names if n.startswith("_manifest-") and n.endswith(".ndjson")}
+    if "_manifest.ndjson" in names:
+        found.add("records")
+    return sorted(found)
+
+
 def has_records(directory: Path, prefix: str | None = None) -> bool:
     """Whether any writer (or `prefix`'s) has committed records or a manifest in `directory`."""
     directory = Path(directory)

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from batchscribe.eval.inputs import EvalInputError, load_predictions
+from batchscribe.output.retry import retry_errors
+from batchscribe.output.resume import open_output
 from tests.eval.sample_runs import HYPS_B, run_dir
+from tests.output.test_resume import commit, rec
 
 
 def test_a_truncated_shard_is_named_with_the_fix(tmp_path: Path) -> None:
@@ -17,6 +20,30 @@ def test_a_truncated_shard_is_named_with_the_fix(tmp_path: Path) -> None:
     shard.write_bytes(data[: len(data) // 2])
     with pytest.raises(EvalInputError, match=f"{shard}: cannot be read as record shard.*rerun that `batchscribe run`"):
         load_predictions(run)
+
+
+def test_a_run_folder_is_read_through_its_manifests(tmp_path: Path) -> None:
+    """In a run's folder eval reads what the run committed, as export and resume do: not a
+    .jsonl of the user's beside the records (eval failed on it, and `run` then skipped its WER
+    report without a word), nor the old copy an interrupted --retry-errors leaves until the next
+    run moves it aside (its stale error record was scored in place of the retried one)."""
+    commit(tmp_path, [rec(0), rec(1, ok=False)])  # records-00000.jsonl
+    old = (tmp_path / "records-00000.jsonl").read_bytes()
+    retry_errors(open_output(tmp_path, "jsonl"))  # records-00001.jsonl: u0
+    commit(tmp_path, [rec(1)])  # records-00002.jsonl: u1 redone, ok
+    (tmp_path / "records-00000.jsonl").write_bytes(old)  # as if killed before the old shard's unlink
+    (tmp_path / "notes.jsonl").write_text('{"note": "mine"}\n')
+    preds = load_predictions(tmp_path)
+    assert preds.records == {"u0": rec(0), "u1": rec(1)} and preds.duplicates == ()
+    assert sorted(p.name for p in preds.files) == ["records-00001.jsonl", "records-00002.jsonl"]
+
+
+def test_a_damaged_shard_of_a_run_folder_is_named_with_the_fix(tmp_path: Path) -> None:
+    commit(tmp_path, [rec(0), rec(1)])
+    shard = tmp_path / "records-00000.jsonl"
+    shard.write_bytes(shard.read_bytes()[:-5])
+    with pytest.raises(EvalInputError, match=f"{shard}: cannot be read as record shard.*rerun that `batchscribe run`"):
+        load_predictions(tmp_path)
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl", ".csv"])
