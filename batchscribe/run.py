@@ -256,6 +256,7 @@ def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Si
     status = "interrupted"
     try:
         _pipeline(decoded, transcriber, sink)
+        sink.flush()  # the last shard: a commit that fails here is summarised as one mid-run is
         status = "stopped: too many errors" if sink.stop else "complete"
     except BaseException:
         try:
@@ -266,7 +267,6 @@ def _run_pipeline(decoded: Iterator[Any], transcriber: TranscriberLike, sink: Si
             except OSError as exc:  # e.g. the same full disk: the error that stopped the run is the one raised
                 log.warning("the summary could not be written either: %s", exc)
         raise
-    sink.flush()
     return summarize(status)
 
 

@@ -332,6 +332,32 @@ def test_retry_errors_with_a_limit_keeps_the_error_records_it_does_not_reach(tmp
     assert (result.summary["items"], result.summary["errors"], result.summary["this_run"]["retried_errors"]) == (5, 1, 1)
 
 
+def test_a_full_disk_at_the_last_commit_still_writes_the_summary(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """The last shard is committed after the stream ends; when that commit fails, the summary
+    still says what happened (it was not written at all, or an earlier session's stayed), as it
+    does for a commit that fails mid-run."""
+    import errno
+
+    import batchscribe.output.writers as writers
+    from batchscribe.output.writers import ShardWriteError
+
+    manifest, rows = make_manifest(tmp_path)
+    out = tmp_path / "out"
+    real = writers.write_atomic
+
+    def full_disk(path: Path, data: bytes, sync_dir: bool = True) -> None:
+        if path.name.startswith("records-"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(path, data, sync_dir)
+
+    monkeypatch.setattr(writers, "write_atomic", full_disk)
+    with pytest.raises(ShardWriteError):
+        run([str(manifest)], out, opts(shard_size=1000), lambda o: FakeTranscriber())  # one shard, at the end
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["status"], summary["items"], summary["this_run"]["items"]) == ("interrupted", 0, len(rows))
+
+
 def test_progress_knows_a_folders_total(tmp_path: Path) -> None:
     """An audio folder is listed up front (cheap at this size), so the bar shows N/total, not N/?."""
     import shutil
