@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from batchscribe.output.claims import claim_folder
 from batchscribe.output.identity import check_engine_identity, check_id_scheme, check_run_config, write_run_config
 from batchscribe.output.lock import OutputLock
 from batchscribe.output.resume import OutputState, inspect_output, remove_records, repair_output, summary_name
@@ -42,14 +43,18 @@ def nothing_left(state: OutputState, opts: RunOptions, skipped: int, start_wall:
 
 def checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: RunOptions,
                    lock: OutputLock, listing: dict[str, str]) -> OutputState:  # fmt: skip
-    """What the writer's folder holds, checked against this run; reads only."""
+    """What the writer's folder holds, checked against this run and against the other writers
+    alive beside it (their claims, output/claims.py); changes nothing but this writer's claim."""
+    # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
+    ignore = ("inputs_fingerprint",) if opts.retry_errors else ()
     if opts.overwrite:
         lock.exclusive_folder()  # refused now, not after the model loads, if another writer is live
+        claim_folder(output_dir, prefix, config, ignore)
         return OutputState(output_dir, prefix, opts.format)
     state = inspect_output(output_dir, opts.format, prefix)
-    # Repaired inputs change the fingerprint: --retry-errors is for exactly that.
-    check_run_config(output_dir, config, ignore=("inputs_fingerprint",) if opts.retry_errors else (), listing=listing)
+    check_run_config(output_dir, config, ignore=ignore, listing=listing)
     check_id_scheme(output_dir, state.completed)
+    claim_folder(output_dir, prefix, config, ignore)
     return state
 
 

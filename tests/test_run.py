@@ -685,3 +685,39 @@ def test_a_full_disk_names_the_folder_and_loses_nothing_committed(tmp_path: Path
     run([str(manifest)], out, opts(), lambda o: FakeTranscriber())
     assert sorted(r["id"] for r in read_all(out)) == sorted(rows)
     assert (out / "records-00000.jsonl").read_bytes() == first
+
+
+def test_parts_started_together_with_other_settings_cannot_mix_records(tmp_path: Path) -> None:
+    """The parts of an array job into one folder: while part 0 runs (no record committed yet),
+    part 1 with another model is refused before its model loads, naming the difference; with the
+    same settings it runs beside part 0 (found by QA: both passed and the folder held two models)."""
+    import threading
+
+    manifest, rows = make_manifest(tmp_path)
+    out, started, go = tmp_path / "out", threading.Event(), threading.Event()
+
+    class Waits(FakeTranscriber):
+        def transcribe_stream(self, items):
+            started.set()
+            go.wait(30)  # live, nothing committed
+            yield from super().transcribe_stream(items)
+
+    def part(index: int, model: str, factory) -> RunResult:
+        opts = RunOptions(model=model, workers=0, source=SourceOptions(num_shards=2, shard_index=index))
+        return run([str(manifest)], out, opts, transcriber_factory=factory)
+
+    first = threading.Thread(target=part, args=(0, "tiny.en", lambda _: Waits()))
+    first.start()
+    try:
+        assert started.wait(30)
+        loaded: list[str] = []
+        with pytest.raises(ResumeConflictError, match=r'(?s)writing into .*\(part part00000of00002\).*--model: '
+                                                      r'before "tiny.en", now "base"'):  # fmt: skip
+            part(1, "base", lambda _: loaded.append("base") or FakeTranscriber())
+        assert loaded == []  # refused before the model
+        assert part(1, "tiny.en", lambda _: FakeTranscriber()).summary["status"] == "complete"
+    finally:
+        go.set()
+        first.join(60)
+    ids = [r["id"] for f in sorted(out.glob("records-*.jsonl")) for r in read_shard(f)]
+    assert sorted(ids) == sorted(rows)  # both parts, every id once

@@ -8,6 +8,10 @@ A writer is one `--shard-index` of a run (the whole run when it is not split). I
 - `.batchscribe.lock`, shared by every writer of the folder; `--overwrite` takes it exclusively
   for the moment it deletes records, so it never deletes another live writer's files.
 
+A third, `.batchscribe-claims.lock`, is held exclusively only for moments: while a writer takes
+its own lock and drops its old claim, and while it compares its settings with the live writers'
+claims and leaves its own (output/claims.py).
+
 flock locks belong to the open file: the OS drops them when the process dies however it dies
 (SIGKILL, OOM), so a stale lock file never blocks a rerun. The lock files hold the owner's pid,
 host and start time only to name it in the refusal; they are never removed (removing a lock file
@@ -16,10 +20,12 @@ another process is about to lock would let two owners in).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -27,6 +33,8 @@ from pathlib import Path
 from batchscribe.output.resume import OutputDirError
 
 FOLDER_LOCK = ".batchscribe.lock"
+CLAIMS_LOCK = ".batchscribe-claims.lock"
+CLAIM = ".batchscribe-{prefix}.claim.json"  # a live writer's settings (output/claims.py)
 
 
 class OutputInUseError(OutputDirError):
@@ -35,6 +43,37 @@ class OutputInUseError(OutputDirError):
 
 def writer_lock_name(prefix: str) -> str:
     return f".batchscribe-{prefix}.lock"
+
+
+def claim_name(prefix: str) -> str:
+    return CLAIM.format(prefix=prefix)
+
+
+@contextlib.contextmanager
+def claims_locked(directory: Path) -> Iterator[None]:
+    """The folder's claims lock, exclusively, for the block (it waits for another writer's few reads)."""
+    fd = os.open(Path(directory) / CLAIMS_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def writer_alive(directory: Path, prefix: str) -> bool:
+    """Whether a live process holds `prefix`'s writer lock. Only under `claims_locked`: a writer
+    takes its lock under it too, so this probe's moment of holding the lock refuses nobody."""
+    try:
+        fd = os.open(Path(directory) / writer_lock_name(prefix), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -79,10 +118,13 @@ def lock_output(directory: Path, prefix: str) -> OutputLock:
         path = directory / writer_lock_name(prefix)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         lock._fds.append(fd)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise OutputInUseError(_in_use_message(directory, prefix, _owner(path))) from None
+        with claims_locked(directory):  # the lock taken and the old claim dropped in one step
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise OutputInUseError(_in_use_message(directory, prefix, _owner(path))) from None
+            with contextlib.suppress(FileNotFoundError):
+                (directory / claim_name(prefix)).unlink()
         _write_owner(fd)
     except OutputInUseError:
         lock.release()
