@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from batchscribe.output.claims import claim_folder
+from batchscribe.output.claims import claim_engine, claim_folder
 from batchscribe.output.identity import check_engine_identity, check_id_scheme, check_run_config, write_run_config
 from batchscribe.output.lock import OutputLock
 from batchscribe.output.resume import OutputState, inspect_output, remove_records, repair_output, summary_name
@@ -78,6 +78,7 @@ def open_sink(folder: Folder, opts: RunOptions, described: dict[str, Any], start
     state = folder.state
     if not opts.overwrite:
         check_engine_identity(state.directory, described.get("identity"))
+    claim_engine(state.directory, state.prefix, described.get("identity"))
     # Every check has passed: from here on the folder is changed.
     retried = prepare_folder(state, opts, folder.lock)
     write_run_config(state.directory, {**folder.config, "engine": described.get("identity"),

@@ -72,3 +72,21 @@ def test_a_writer_drops_its_old_claim_as_it_takes_its_lock(tmp_path: Path) -> No
         with pytest.raises(ResumeConflictError):
             claim_folder(tmp_path, PARTS[0], _config(model="base"))  # and then it is refused itself
     first.release()
+
+
+def test_the_engines_of_parts_running_together_must_match(tmp_path: Path) -> None:
+    """Once each part's model has loaded: another dtype or other kernels (a part on another kind of
+    GPU) are refused by the flag behind them; a part that has not reached its engine yet binds no
+    engine."""
+    from batchscribe.output.claims import claim_engine
+
+    engine = {"dtype": "float16", "attention": "triton/flashinfer_hnd/float16"}
+    first, second = lock_output(tmp_path, PARTS[0]), lock_output(tmp_path, PARTS[1])
+    claim_folder(tmp_path, PARTS[0], _config())
+    claim_folder(tmp_path, PARTS[1], _config())
+    claim_engine(tmp_path, PARTS[1], {**engine, "dtype": "bfloat16"})  # part 0 has no engine yet
+    with pytest.raises(ResumeConflictError, match='--dtype: before "bfloat16", now "float16"'):
+        claim_engine(tmp_path, PARTS[0], engine)
+    claim_engine(tmp_path, PARTS[0], {**engine, "dtype": "bfloat16"})
+    second.release()
+    first.release()
