@@ -55,6 +55,8 @@ class Drive:
                 self._add(row)
                 if self.sink is not None and self.sink.stop:
                     break
+            if self.sink is not None:
+                self.sink.flush()  # the last shard: a commit that fails here is summarised as one mid-run is
             status = "stopped: too many errors" if self.sink is not None and self.sink.stop else "complete"
         except BaseException as exc:
             if self.sink is not None:
@@ -65,7 +67,6 @@ class Drive:
             raise _user_error(exc) or exc
         if self.sink is None:  # no row came back: every item was done already
             return nothing_left(self.state, self.opts, self.skipped, self.start_wall, self.start_time)
-        self.sink.flush()
         summary = self._write_summary(status)
         if self.sink.stop:
             raise TooManyErrors(f"{self.sink.total_errors} item errors exceed --max-errors {self.opts.max_errors}; "
