@@ -511,3 +511,31 @@ def test_warnings_carry_the_warning_prefix(tmp_path: Path, fake_model: FakeTrans
     assert result.exit_code == 0, result.output
     lines = [line for line in result.output.splitlines() if "reference transcript not read" in line]
     assert len(lines) == 1 and lines[0].startswith(f"warning: {clips / 'a.txt'}: reference transcript not read")
+
+
+def test_export_and_eval_say_when_a_run_is_still_writing(tmp_path: Path) -> None:
+    """Reading a folder a run still writes gives what is committed so far: export and eval say so,
+    naming the live run; once it has finished they do not. A folder that was never a run's gets no
+    lock file from the check (found by QA: both read a live folder silently)."""
+    import os
+
+    from batchscribe.output.lock import CLAIMS_LOCK, lock_output
+    from batchscribe.run import run
+    from tests.test_run import make_manifest
+
+    manifest, _ = make_manifest(tmp_path)
+    out = tmp_path / "out"
+    run([str(manifest)], out, RunOptions(workers=0), lambda _: FakeTranscriber())
+    commands = (["export", str(out), "-f", "txt", "-o", str(tmp_path / "txt")],
+                ["eval", str(out), "-o", str(tmp_path / "rep"), "--bootstrap", "0"])  # fmt: skip
+    with lock_output(out, "records-part00001of00002"):  # another part, alive
+        for args in commands:
+            said = runner.invoke(app, args, env={"COLUMNS": "300"}).output
+            assert f"warning: a batchscribe run (pid {os.getpid()} on " in said and "is still writing into" in said, said
+    for args in commands:
+        assert "still writing" not in runner.invoke(app, args, env={"COLUMNS": "300"}).output
+    plain = tmp_path / "shards"
+    plain.mkdir()
+    (plain / "a.jsonl").write_text(json.dumps({"id": "a", "text": " x", "reference": "x"}) + "\n")
+    runner.invoke(app, ["eval", str(plain), "-o", str(tmp_path / "rep3"), "--bootstrap", "0"])
+    assert not (plain / CLAIMS_LOCK).exists()

@@ -79,6 +79,18 @@ def _main(version: Annotated[bool, typer.Option("--version", callback=_show_vers
     package.addHandler(_Notes(logging.WARNING, logging.CRITICAL + 1, "[yellow]warning:[/yellow]"))
 
 
+def warn_if_writing(folder: Path) -> None:
+    """A reader of a run's folder (export, eval) says when a run is still writing into it: what
+    it reads is what has been committed so far."""
+    from batchscribe.output.lock import live_writers
+
+    if folder.is_dir():
+        for owner in live_writers(folder):
+            err.print(f"[yellow]warning:[/yellow] a batchscribe run{owner} is still writing into {folder}: this reads "
+                      "the records committed so far; run it again once that run has finished", highlight=False,
+                      soft_wrap=True)  # fmt: skip
+
+
 def _die(message: str, code: int) -> NoReturn:
     # escape(): a message may quote names with brackets (batchscribe[gpu], file[1].flac).
     err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True, soft_wrap=True)

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from batchscribe.audio.sources import SourceError
-from batchscribe.cli.app import _die, app, err, out
+from batchscribe.cli.app import _die, app, err, out, warn_if_writing
 from batchscribe.cli_text import EVAL_EXAMPLES
 from batchscribe.config import default_cache_dir
 Normalizer = Literal["english", "basic", "none"]
@@ -45,6 +45,8 @@ def eval_command(
     kwargs: dict[str, Any] = dict(references=tuple(references or ()), text_column=text_column,
                                   id_column=id_column, normalizer=normalizer, group_columns=tuple(group or ()),
                                   worst_n=worst, bootstrap=bootstrap, seed=seed)
+    for path in predictions:
+        warn_if_writing(path)
     try:
         report = evaluate(list(predictions), **kwargs)
         comparison = None

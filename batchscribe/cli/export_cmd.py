@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import typer
 
-from batchscribe.cli.app import _die, app, err, out
+from batchscribe.cli.app import _die, app, err, out, warn_if_writing
 
 ExportFormat = Literal["srt", "vtt", "txt", "tsv"]
 
@@ -24,6 +24,7 @@ def export_command(
     names get a hashed name). Error records are skipped and counted; rerunning rewrites nothing."""
     from batchscribe.output.export import ExportError, export_run
 
+    warn_if_writing(run_dir)
     try:
         result = export_run(run_dir, fmt, output)
     except ExportError as exc:

@@ -105,6 +105,22 @@ class OutputLock:
         self.release()
 
 
+def live_writers(directory: Path) -> list[str]:
+    """Who is writing into `directory` now (" (pid P on H, started T)" per live writer), for the
+    readers (export, eval) to say their view is partial. [] where the folder cannot hold the claims
+    lock (read-only): without it the probe could refuse a writer starting at that moment."""
+    directory = Path(directory)
+    names = sorted(p.name for p in directory.glob(".batchscribe-*.lock") if p.name != CLAIMS_LOCK)
+    if not names:  # not a run's folder: nothing to probe, and no lock file made in it
+        return []
+    try:
+        with claims_locked(directory):
+            return [_owner(directory / n) for n in names
+                    if writer_alive(directory, n.removeprefix(".batchscribe-").removesuffix(".lock"))]
+    except OSError:
+        return []
+
+
 def lock_output(directory: Path, prefix: str) -> OutputLock:
     """Create `directory` if needed and take the writer's locks, or raise OutputInUseError naming
     the owner and the fix. Nothing else in the folder is read or written."""

@@ -69,3 +69,13 @@ def test_an_unwritable_folder_names_the_path(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(OutputDirError, match=f"{blocker / 'out'} is not writable.*choose another --output"):
         lock_output(blocker / "out", "records")
+
+
+def test_live_writers_names_the_live_ones_only(tmp_path: Path) -> None:
+    from batchscribe.output.lock import live_writers
+
+    assert live_writers(tmp_path) == [] and not any(tmp_path.iterdir())  # no run's folder: nothing made
+    with lock_output(tmp_path, "records-part00000of00002"):
+        lock_output(tmp_path, "records-part00001of00002").release()  # was here, is gone
+        assert [f"pid {os.getpid()} on" in w for w in live_writers(tmp_path)] == [True]
+    assert live_writers(tmp_path) == []
