@@ -337,21 +337,12 @@ def test_a_full_disk_at_the_last_commit_still_writes_the_summary(tmp_path: Path,
     """The last shard is committed after the stream ends; when that commit fails, the summary
     still says what happened (it was not written at all, or an earlier session's stayed), as it
     does for a commit that fails mid-run."""
-    import errno
-
-    import batchscribe.output.writers as writers
     from batchscribe.output.writers import ShardWriteError
+    from tests.output.faults import full_disk_for_shards
 
     manifest, rows = make_manifest(tmp_path)
     out = tmp_path / "out"
-    real = writers.write_atomic
-
-    def full_disk(path: Path, data: bytes, sync_dir: bool = True) -> None:
-        if path.name.startswith("records-"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, data, sync_dir)
-
-    monkeypatch.setattr(writers, "write_atomic", full_disk)
+    full_disk_for_shards(monkeypatch)
     with pytest.raises(ShardWriteError):
         run([str(manifest)], out, opts(shard_size=1000), lambda o: FakeTranscriber())  # one shard, at the end
     summary = json.loads((out / "summary.json").read_text())

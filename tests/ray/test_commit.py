@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import time
 from pathlib import Path
 
@@ -44,18 +42,11 @@ def _rows(ids: list[str]) -> list[dict]:
 def test_a_full_disk_at_the_last_commit_still_writes_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As a plain run: the last shard is committed after the rows end, and when that commit
     fails the summary still says what happened."""
-    import batchscribe.output.writers as writers
     from batchscribe.output.writers import ShardWriteError
+    from tests.output.faults import full_disk_for_shards
 
     drive = _drive(tmp_path, RunOptions(shard_size=1000))
-    real = writers.write_atomic
-
-    def full_disk(path: Path, data: bytes, sync_dir: bool = True) -> None:
-        if path.name.startswith("records-"):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        real(path, data, sync_dir)
-
-    monkeypatch.setattr(writers, "write_atomic", full_disk)
+    full_disk_for_shards(monkeypatch)
     with pytest.raises(ShardWriteError):
         drive.drive(iter(_rows(["a", "b"])))
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
