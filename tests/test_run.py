@@ -702,7 +702,7 @@ def test_parts_started_together_with_other_settings_cannot_mix_records(tmp_path:
     try:
         assert started.wait(30)
         loaded: list[str] = []
-        with pytest.raises(ResumeConflictError, match=r'(?s)writing into .*\(part part00000of00002\).*--model: '
+        with pytest.raises(ResumeConflictError, match=r'(?s)writing into .*\(shard part00000of00002\).*--model: '
                                                       r'before "tiny.en", now "base"'):  # fmt: skip
             part(1, "base", lambda _: loaded.append("base") or FakeTranscriber())
         assert loaded == []  # refused before the model

@@ -63,7 +63,7 @@ def _compare(directory: Path, prefix: str, mine: dict[str, Any]) -> None:
         if diffs:
             part = m.group("prefix").removeprefix("records-").removeprefix("records")
             raise ResumeConflictError(
-                f"another batchscribe run is writing into {directory}{f' (part {part})' if part else ''} with "
+                f"another batchscribe run is writing into {directory}{f' (shard {part})' if part else ''} with "
                 "other settings:\n" + "\n".join(diffs) + "\nThe parts of one folder must share them, or its "
                 "records would mix. Give this part the 'before' values, or choose another --output."
             )

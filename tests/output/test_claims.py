@@ -30,7 +30,7 @@ def test_a_part_started_beside_a_live_one_with_other_settings_is_refused(tmp_pat
     with pytest.raises(ResumeConflictError) as err:
         claim_folder(tmp_path, PARTS[1], _config(model="base"))
     msg = str(err.value)
-    assert "another batchscribe run is writing into" in msg and "(part part00000of00002)" in msg
+    assert "another batchscribe run is writing into" in msg and "(shard part00000of00002)" in msg
     assert '--model: before "tiny.en", now "base"' in msg and "choose another --output" in msg
     with pytest.raises(ResumeConflictError, match="the input files"):
         claim_folder(tmp_path, PARTS[1], _config(fingerprint="f2"))
