@@ -104,7 +104,8 @@ def test_ids_from_the_data_never_become_paths(tiny_en_dir: Path, tmp_path: Path,
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(["_manifest.ndjson", f"records-00000.{fmt}", f"records-00001.{fmt}",
                             f"records-00002.{fmt}", "run_config.json", "run_inputs.json", "summary.json", "eval",
-                            ".batchscribe.lock", ".batchscribe-records.lock"])  # the writer's locks
+                            ".batchscribe.lock", ".batchscribe-records.lock", ".batchscribe-claims.lock",
+                            ".batchscribe-records.claim.json"])  # the writer's locks and its claim
     assert sorted(p.name for p in (out / "eval").iterdir()) == ["report.html", "report.json", "report.md"]
     assert sorted(p for p in Path("/tmp").iterdir() if "escape" in p.name) == before
     # The ids are kept verbatim inside the records (the duplicates "." etc. are all distinct).
