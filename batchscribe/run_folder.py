@@ -49,11 +49,11 @@ def checked_state(output_dir: Path, prefix: str, config: dict[str, Any], opts: R
     ignore = ("inputs_fingerprint",) if opts.retry_errors else ()
     if opts.overwrite:
         lock.exclusive_folder()  # refused now, not after the model loads, if another writer is live
-        claim_folder(output_dir, prefix, config, ignore)
-        return OutputState(output_dir, prefix, opts.format)
-    state = inspect_output(output_dir, opts.format, prefix)
-    check_run_config(output_dir, config, ignore=ignore, listing=listing)
-    check_id_scheme(output_dir, state.completed)
+        state = OutputState(output_dir, prefix, opts.format)
+    else:
+        state = inspect_output(output_dir, opts.format, prefix)
+        check_run_config(output_dir, config, ignore=ignore, listing=listing)
+        check_id_scheme(output_dir, state.completed)
     claim_folder(output_dir, prefix, config, ignore)
     return state
 

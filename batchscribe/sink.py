@@ -89,7 +89,7 @@ class Sink:
         # Error records taken back by --retry-errors whose items have no new record yet: `flush`
         # puts them back (see there).
         self.taken_back = {str(r["id"]): r for r in retried}
-        self.retried = len(self.taken_back)  # of those, redone this session (final after `flush`)
+        self._taken = len(self.taken_back)
         self.prior_errors = int(state.totals()["errors"])
         self.done = self.ok = self.errors = 0
         self.skip = skip or CompletedFilter(state)
@@ -129,11 +129,16 @@ class Sink:
         took out whose items this session never reached (past --limit, after a stop) go back first,
         as they were: each id keeps exactly one record, and a later --retry-errors redoes them."""
         with self._lock:
-            back, self.taken_back = list(self.taken_back.values()), {}
-            self.retried -= len(back)
-            for record in back:
+            for record in self.taken_back.values():
                 self.writer.add(record)
             self.writer.flush()
+            self._taken -= len(self.taken_back)
+            self.taken_back = {}
+
+    @property
+    def retried(self) -> int:
+        """Error records --retry-errors took back whose items have a new record (final after `flush`)."""
+        return self._taken - len(self.taken_back)
 
     def snapshot(self) -> RunProgress:
         total = None if self.total is None else max(self.total - self.skipped, self.done)

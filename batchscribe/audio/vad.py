@@ -147,7 +147,7 @@ class SpeechDetector:
         self._stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         rows = INVARIANT_ITEMS.get(self.device.type, 1) if invariant else None
         self._sequence = SequenceScorer(self._model, self.device, rows) if fits else None
-        self._one_by_one = invariant and not fits
+        self.invariant = invariant
         if sequence and not fits:
             log.warning("this silero-vad model's parts are not the ones batchscribe scores all at once; "
                         "--vad uses its audio_forward, chunk step by chunk step (slower)")  # fmt: skip
@@ -168,7 +168,7 @@ class SpeechDetector:
         with self._lock, self._on_stream(), torch.inference_mode():
             if self._sequence is not None:
                 return self._sequence(audios)
-            if self._one_by_one:
+            if self.invariant:  # audio_forward alone per item: its own shape
                 return [stepwise(self._model, [a], self.device)[0] for a in audios]
             return stepwise(self._model, audios, self.device)
 

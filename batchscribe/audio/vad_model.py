@@ -132,9 +132,8 @@ class SequenceScorer:
         """[N, 128] -> [N] probabilities on the host: the 1x1 convolution and sigmoid."""
         import torch
 
-        if self.rows is None:
-            return self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()
-        parts = [self.head(part.unsqueeze(-1)).reshape(-1) for part in self._slices(hidden, FIXED_ROWS)]
+        step = len(hidden) if self.rows is None else FIXED_ROWS  # one call unless at fixed shapes
+        parts = [self.head(part.unsqueeze(-1)).reshape(-1) for part in self._slices(hidden, step)]
         return torch.cat(parts)[: len(hidden)].float().cpu().numpy()
 
     def _slices(self, x: Any, step: int) -> list[Any]:

@@ -74,7 +74,8 @@ def _committed_shards(folder: Path) -> list[Path]:
     shards: list[Path] = []
     for prefix in writer_prefixes(folder):
         state = inspect_output(folder, "jsonl", prefix)  # the format only matters for writing
-        for name, why in state.bad:
+        if state.bad:
+            name, why = state.bad[0]
             raise EvalInputError(f"{folder / name}: cannot be read as record shard ({why}); rerun that "
                                  "`batchscribe run` command: it moves a damaged shard aside and redoes its items")
         shards.extend(folder / e.shard for e in state.entries)
