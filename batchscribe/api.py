@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from batchscribe.audio.arrays import AudioLike, check_array, is_audio, item_label, mapping_hint, prepare_audio
+from batchscribe.audio.arrays import (AudioLike, check_array, check_finite, check_rate, is_audio, item_label,
+                                      mapping_hint, prepare_audio)
 from batchscribe.audio.decode.base import AudioDecodeError
 from batchscribe.audio.vad import SpeechDetector
 from batchscribe.audio.vad_stream import SpeechStage, VadBatching
@@ -55,14 +56,15 @@ def _samples(items: Iterable[tuple | None], sample_rate: int | None, failed: deq
                 "pass e.g. [(path, path)] or [('utt1', samples)], or call transcribe() for bare items"
             )
         item_id, audio, *prompt = entry
-        if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
-            check_array(item_id, audio)
-        else:
-            try:
+        try:
+            if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
+                check_array(item_id, audio)
+                check_finite(item_id, audio)  # NOTE: ~20 us for 13 s of audio; the pipeline's arrays too
+            else:
                 audio = prepare_audio(item_id, audio, sample_rate)
-            except AudioDecodeError as exc:
-                failed.append(make_error_record(item_id, str(exc)))
-                continue
+        except AudioDecodeError as exc:
+            failed.append(make_error_record(item_id, str(exc)))
+            continue
         yield (item_id, audio, *prompt)
 
 
@@ -214,6 +216,7 @@ class Transcriber:
         found ahead of the scheduler, in batches on worker threads (`SpeechStage`); an item whose
         detection fails gets an error record. `policy`: the scheduler's, if not its default
         (benchmarks vary it)."""
+        check_rate(sample_rate)  # a usage error: before any item is taken
         options, failed = options or self.options, deque()
         scheduler, source = self.scheduler(options), _samples(items, sample_rate, failed)
         if not options.vad:
@@ -253,19 +256,26 @@ class Transcriber:
         if not single and not isinstance(audio, Iterable):
             raise TypeError(f"transcribe() takes a path, bytes, an array or a list of them (or of (id, item) "
                             f"pairs), not a {type(audio).__name__}")
+        if (isinstance(audio, tuple) and len(audio) == 2 and isinstance(audio[0], str)
+                and isinstance(audio[1], (np.ndarray, bytes, bytearray, memoryview))):  # fmt: skip
+            # NOTE: read as a list, ("utt1", samples) became a missing file 'utt1' and an item '1'
+            raise TypeError(f"transcribe() got a tuple ({audio[0]!r}, {type(audio[1]).__name__}): for one item "
+                            f"with its id pass a list of one pair, [({audio[0]!r}, audio)]; for two items pass "
+                            "a list of them")  # fmt: skip
         batch = [audio] if single else list(audio)  # type: ignore[arg-type]
         items = [x if isinstance(x, tuple) else (item_label(x, i), x) for i, x in enumerate(batch)]
         order = {item_id: i for i, (item_id, _) in enumerate(items)}
         if len(order) != len(items):
             raise ConfigError("item ids must be unique within one transcribe() call")
-        for item_id, x in items:  # shape and dtype first: cheap, and before any decoding or the engine
+        for item_id, x in items:  # usage errors first: cheap, and before any decoding or the engine
             if isinstance(x, np.ndarray):
                 check_array(item_id, x)
-        # Items are decoded as the engine pulls them, so a list of paths never sits in memory
-        # decoded; one that cannot be decoded gets an error record, as in `batchscribe run`.
-        prepared = ((item_id, prepare_audio(item_id, x, sample_rate) if isinstance(x, np.ndarray) else x)
-                    for item_id, x in items)  # arrays checked in full (NaN), then taken as 16 kHz
-        records = sorted(self.transcribe_stream(prepared, options), key=lambda r: order[r["id"]])
+                check_rate(sample_rate, item_id)
+        # Items are decoded (arrays resampled) as the engine pulls them, so a list of paths never
+        # sits in memory decoded; one that cannot be decoded, or an array with NaN samples, gets an
+        # error record, as in `batchscribe run`.
+        stream = self.transcribe_stream(items, options, sample_rate=sample_rate or SAMPLE_RATE)
+        records = sorted(stream, key=lambda r: order[r["id"]])
         if single and "error" in records[0]:
             raise AudioDecodeError(records[0]["error"])  # one item: its error, as an exception
         return records[0] if single else records

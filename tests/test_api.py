@@ -176,6 +176,29 @@ def test_a_dict_is_refused_naming_what_to_pass(transcriber, audio, message) -> N
         transcriber.transcribe(audio)
 
 
+def test_nan_audio_becomes_its_error_record_in_a_stream_or_a_list(transcriber) -> None:
+    """float32 16 kHz arrays take the stream's fast path (no copy); one holding NaN went through
+    it and came back as a confident transcript of nothing. Now it is its own error record and the
+    other items are transcribed (reference: the good item alone)."""
+    good = np.zeros(16000, np.float32)
+    good[::50] = 0.5
+    bad = good.copy()
+    bad[100] = np.nan
+    streamed = {r["id"]: r for r in transcriber.transcribe_stream([("bad", bad), ("good", good)])}
+    assert "1 NaN or Inf samples" in streamed["bad"]["error"] and "error" not in streamed["good"]
+    assert streamed["good"]["text"] == transcriber.transcribe([("good", good)], sample_rate=16000)[0]["text"]
+    listed = transcriber.transcribe([("bad", bad.astype(np.float64)), ("good", good)], sample_rate=16000)
+    assert "1 NaN or Inf samples" in listed[0]["error"] and listed[1]["text"] == streamed["good"]["text"]
+    with pytest.raises(ValueError, match="sample_rate=0 must be a positive"):
+        list(transcriber.transcribe_stream([("good", good)], sample_rate=0))
+
+
+def test_a_bare_id_audio_tuple_is_refused_naming_the_list_to_pass(transcriber) -> None:
+    """transcribe(("utt1", samples)) was read as two items: a missing file 'utt1' and item '1'."""
+    with pytest.raises(TypeError, match=r"got a tuple \('utt1', ndarray\).*\[\('utt1', audio\)\]"):
+        transcriber.transcribe(("utt1", np.zeros(16000, np.float32)), sample_rate=16000)
+
+
 @pytest.mark.parametrize("entry, named", [
     ("clip.flac", r"the bare path 'clip.flac'"),
     (np.zeros(16000, np.float32), r"a ndarray"),
@@ -192,7 +215,7 @@ def test_a_stream_entry_that_is_not_an_id_audio_pair_is_refused(transcriber, ent
 def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_item(transcriber, utterances) -> None:
     """--vad through transcribe_stream (speech found ahead, in batches, on worker threads) against
     each item's speech found alone (the detector on one item) and handed in: the same records.
-    A NaN array (it passes the stream's O(1) check) becomes an error record naming it; the
+    A NaN array becomes an error record naming it (the stream's check, before the detector); the
     stage's threads are gone once the stream ends."""
     import dataclasses
     import threading
@@ -211,6 +234,6 @@ def test_vad_found_in_batches_gives_the_per_item_records_and_an_error_for_a_bad_
     batched = {r["id"]: r for r in transcriber.transcribe_stream([*items[:3], bad, *items[3:]], options)}
     error = batched.pop("nan")
     assert error == {"id": "nan", "error": error["error"], "duration": None}
-    assert error["error"].startswith("nan: ") and "NaN" in error["error"]
+    assert error["error"].startswith("audio for 'nan' has 64000 NaN or Inf samples")
     assert batched == per_item and per_item["spliced"]["text"].strip()
     assert not [t for t in threading.enumerate() if t.name.startswith("batchscribe-vad")]

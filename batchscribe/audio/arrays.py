@@ -62,20 +62,36 @@ def prepare_audio(item_id: str, audio: object, sample_rate: int | None) -> np.nd
             "numpy array of samples (e.g. np.asarray(x, dtype=np.float32))"
         )
     check_array(item_id, audio)
-    if sample_rate is None:
-        raise ValueError(
-            f"audio for {item_id!r} is an array with no sample rate; pass sample_rate=... (the rate it "
-            f"was read at, e.g. audio, sr = soundfile.read(path); transcribe(audio, sample_rate=sr))"
-        )
-    if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
-        raise ValueError(f"sample_rate={sample_rate!r} must be a positive whole number of Hz, e.g. 16000")
-    if audio.size and not np.isfinite(audio).all():
-        bad = int(audio.size - np.count_nonzero(np.isfinite(audio)))
-        raise ValueError(f"audio for {item_id!r} has {bad} NaN or Inf samples; replace them, e.g. np.nan_to_num(audio)")
+    check_rate(sample_rate, item_id)
+    check_finite(item_id, audio)
     samples = np.ascontiguousarray(audio, dtype=np.float32)
     if sample_rate != SAMPLE_RATE and samples.size:
         samples = soxr.resample(samples, int(sample_rate), SAMPLE_RATE, quality="HQ").astype(np.float32, copy=False)
     return samples
+
+
+def check_rate(sample_rate: object, item_id: str | None = None) -> None:
+    """Refuse an array (`item_id`'s) without a rate, or a rate that is not a positive whole number of Hz."""
+    if sample_rate is None:
+        whose = "arrays have" if item_id is None else f"audio for {item_id!r} is an array with"
+        raise ValueError(
+            f"{whose} no sample rate; pass sample_rate=... (the rate it was read at, e.g. "
+            "audio, sr = soundfile.read(path); transcribe(audio, sample_rate=sr))"
+        )
+    if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
+        raise ValueError(f"sample_rate={sample_rate!r} must be a positive whole number of Hz, e.g. 16000")
+
+
+def check_finite(item_id: str, audio: np.ndarray) -> None:
+    """Refuse NaN or Inf samples (the model would turn them into a confident nonsense transcript).
+    A data error, not a usage one: AudioDecodeError, which a stream makes the item's error record.
+    One BLAS pass in the common case (NaN and Inf carry through a sum of squares); the samples are
+    counted only when that sum is not finite, which loud float16 audio can also cause."""
+    if audio.size and not np.isfinite(np.dot(audio, audio)):
+        bad = int(audio.size - np.count_nonzero(np.isfinite(audio)))
+        if bad:
+            raise AudioDecodeError(f"audio for {item_id!r} has {bad} NaN or Inf samples; replace them, "
+                                   "e.g. np.nan_to_num(audio)")  # fmt: skip
 
 
 def check_array(item_id: str, audio: np.ndarray) -> None:

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from batchscribe.audio.arrays import check_array, item_label, prepare_audio
+from batchscribe.audio.arrays import check_array, check_finite, item_label, prepare_audio
+from batchscribe.audio.decode.base import AudioDecodeError
 
 DEMO = Path(__file__).resolve().parents[2] / "batchscribe" / "demo"
 
@@ -63,3 +64,20 @@ def test_a_hugging_face_audio_cell_is_refused_naming_its_fields() -> None:
     cell = {"array": np.zeros(10, np.float32), "sampling_rate": 16000, "path": None}
     with pytest.raises(TypeError, match=r"'x' is a dict with 'array'.*transcribe\(audio\['array'\], sample_rate="):
         prepare_audio("x", cell, None)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_nan_or_inf_anywhere_is_refused_and_loud_finite_audio_is_not(dtype) -> None:
+    """check_finite's one-pass sum of squares against numpy's own isfinite, sample by sample: any
+    NaN or Inf is found and counted; loud float16 audio, whose sum of squares overflows, passes."""
+    rng = np.random.default_rng(1)
+    audio = rng.uniform(-1, 1, 48000).astype(dtype)
+    check_finite("x", audio)
+    check_finite("x", np.full(48000, 0.99, dtype))  # float16: 48,000 x 0.98 overflows its 65,504
+    for bad in (np.nan, np.inf, -np.inf):
+        for where in (0, 12345, 47999):
+            broken = audio.copy()
+            broken[where] = bad
+            assert not np.isfinite(broken).all()
+            with pytest.raises(AudioDecodeError, match=r"audio for 'x' has 1 NaN or Inf samples.*nan_to_num"):
+                check_finite("x", broken)
