@@ -108,8 +108,9 @@ def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceIt
         return lambda: (item for f in parquet for item in read_parquet(f, opts))
     for name in ("metadata.jsonl", "metadata.csv"):
         manifest = path / name
-        if manifest.is_file():
-            return _plan_file(manifest, opts)
+        if manifest.is_file():  # the audiofolder convention: the manifest says what the folder holds
+            rows = jsonl_rows if name.endswith(".jsonl") else csv_rows
+            return lambda: read_manifest(manifest, rows, opts, audiofolder=True)
     if next(walk_audio(path, opts.exclude), None) is None:
         n_files = sum(1 for p in path.rglob("*") if p.is_file())
         raise SourceError(

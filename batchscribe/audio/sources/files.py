@@ -79,15 +79,39 @@ def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def read_manifest(
-    path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]], opts: SourceOptions
+    path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]], opts: SourceOptions,
+    audiofolder: bool = False,
 ) -> Iterator[SourceItem]:
     """The items of a text manifest, `rows(path)` its numbered rows (jsonl_rows, csv_rows). Every
     line is checked before the first item comes out, so a bad line is a usage error before the
     model loads and anything is written: found mid-run, it stopped the run with part of it
-    committed, and fixing the line then changed the input the output folder was pinned to."""
-    for _ in _manifest_items(path, rows(path), opts, note=False):
-        pass
+    committed, and fixing the line then changed the input the output folder was pinned to.
+    `audiofolder`: the manifest is the `metadata.*` of a folder given as the input, whose audio
+    files it does not list are not transcribed: a warning counts them."""
+    listed = set()
+    for item in _manifest_items(path, rows(path), opts, note=False):
+        if audiofolder and item.path:
+            listed.add(os.path.realpath(item.path))
+    if audiofolder:
+        _warn_unlisted(path, listed, opts.exclude)
     yield from _manifest_items(path, rows(path), opts)
+
+
+_UNLISTED_AT_MOST = 100_000  # audio files walked to find unlisted ones: past that, the walk costs seconds
+
+
+def _warn_unlisted(manifest: Path, listed: set[str], exclude: tuple[str, ...]) -> None:
+    unlisted = []
+    for n, found in enumerate(walk_audio(manifest.parent, exclude)):
+        if n >= _UNLISTED_AT_MOST:
+            break
+        if os.path.realpath(found) not in listed:
+            unlisted.append(found.relative_to(manifest.parent).as_posix())
+    if unlisted:
+        log.warning("%s: %d audio file%s in its folder %s not listed in it and %s not transcribed (e.g. %s); add "
+                    "them to %s to transcribe them", manifest, len(unlisted), "s" if len(unlisted) > 1 else "",
+                    "are" if len(unlisted) > 1 else "is", "are" if len(unlisted) > 1 else "is",
+                    ", ".join(unlisted[:3]), manifest.name)  # fmt: skip
 
 
 def _manifest_items(path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions,

@@ -106,6 +106,35 @@ def test_audiofolder_metadata_and_single_file(tmp_path: Path, reference: list[di
     assert [(i.id, payload(i)) for i in single] == [(reference[0]["id"], reference[0]["audio"]["bytes"])]
 
 
+@pytest.mark.parametrize("manifest", ["metadata.jsonl", "metadata.csv"])
+def test_audiofolder_files_its_metadata_does_not_list_are_counted_in_a_warning(
+        tmp_path: Path, reference: list[dict], manifest: str, caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    """As `datasets`' audiofolder, only the listed files are items; the others were skipped without
+    a word. The warning counts them and names some; a file listed by another path spelling (./x)
+    is listed; a manifest given as a file warns of nothing (it need not describe its folder)."""
+    import logging
+
+    for row in reference[:4]:
+        (tmp_path / "clips").mkdir(exist_ok=True)
+        (tmp_path / "clips" / f"{row['id']}.flac").write_bytes(row["audio"]["bytes"])
+    names = [f"./clips/{r['id']}.flac" if k else f"clips/{r['id']}.flac" for k, r in enumerate(reference[:2])]
+    if manifest.endswith(".jsonl"):
+        (tmp_path / manifest).write_text("".join(json.dumps({"file_name": n}) + "\n" for n in names))
+    else:
+        (tmp_path / manifest).write_text("file_name\n" + "".join(n + "\n" for n in names))
+    with caplog.at_level(logging.WARNING):
+        items = list(iter_source([str(tmp_path)], SourceOptions()))
+    assert len(items) == 2
+    warnings = [r.getMessage() for r in caplog.records if "not listed" in r.getMessage()]
+    unlisted = sorted(f"clips/{r['id']}.flac" for r in reference[2:4])
+    assert warnings == [f"{tmp_path / manifest}: 2 audio files in its folder are not listed in it and are not "
+                        f"transcribed (e.g. {', '.join(unlisted)}); add them to {manifest} to transcribe them"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert len(list(iter_source([str(tmp_path / manifest)], SourceOptions()))) == 2
+    assert not [r for r in caplog.records if "not listed" in r.getMessage()]
+
+
 def _folder_ids(folder: Path) -> dict[str, str]:
     return {i.id: Path(i.path or "").name for i in iter_source([str(folder)], SourceOptions())}
 
