@@ -110,16 +110,17 @@ def _resolve_path(where: str, base_dir: Path | None) -> str:
 def make_item(row: dict[str, Any], cols: Columns, derived_id: str, base_dir: Path | None,
               origin: str | None = None) -> SourceItem:
     data, where = audio_value(row[cols.audio], base_dir)
-    raw_id = row[cols.id] if cols.id is not None else None
-    raw_text = row[cols.text] if cols.text is not None else None
+    # A manifest's row may leave out a column others have (files.read_manifest): null
+    raw_id = row.get(cols.id) if cols.id is not None else None
+    raw_text = row.get(cols.text) if cols.text is not None else None
     return SourceItem(
         id=str(raw_id) if raw_id is not None and raw_id != "" else derived_id,
         audio_bytes=data,
         path=where,
         text=str(raw_text) if raw_text is not None else None,
-        extra={name: row[name] for name in cols.passthrough},
+        extra={name: row.get(name) for name in cols.passthrough},
         origin=origin or derived_id,
-        prompt=prompt_value(row[cols.prompt]) if cols.prompt is not None else None,
+        prompt=prompt_value(row.get(cols.prompt)) if cols.prompt is not None else None,
     )
 
 

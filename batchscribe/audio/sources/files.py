@@ -88,13 +88,16 @@ def read_manifest(
     committed, and fixing the line then changed the input the output folder was pinned to.
     `audiofolder`: the manifest is the `metadata.*` of a folder given as the input, whose audio
     files it does not list are not transcribed: a warning counts them."""
+    # Every row's keys: a JSONL row may leave out a column others have (its cell is then null), as
+    # `datasets`' JSON loader reads it; a column no row has is refused.
+    available = list(dict.fromkeys(key for _, row in rows(path) for key in row))
     listed = set()
-    for item in _manifest_items(path, rows(path), opts, note=False):
+    for item in _manifest_items(path, rows(path), opts, available, note=False):
         if audiofolder and item.path:
             listed.add(os.path.realpath(item.path))
     if audiofolder:
         _warn_unlisted(path, listed, opts.exclude)
-    yield from _manifest_items(path, rows(path), opts)
+    yield from _manifest_items(path, rows(path), opts, available)
 
 
 _UNLISTED_AT_MOST = 100_000  # audio files walked to find unlisted ones: past that, the walk costs seconds
@@ -115,7 +118,7 @@ def _warn_unlisted(manifest: Path, listed: set[str], exclude: tuple[str, ...]) -
 
 
 def _manifest_items(path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts: SourceOptions,
-                    note: bool = True) -> Iterator[SourceItem]:  # fmt: skip
+                    available: list[str], note: bool = True) -> Iterator[SourceItem]:  # fmt: skip
     base_dir = path.parent
     candidates = (opts.audio_column, *MANIFEST_PATH_COLUMNS)
     first = True
@@ -126,7 +129,7 @@ def _manifest_items(path: Path, rows: Iterator[tuple[int, dict[str, Any]]], opts
                 f"{path}:{line_no}: no audio path column ({', '.join(candidates)}); "
                 f"available columns: {', '.join(row)}; choose one with --audio-column NAME"
             )
-        cols = resolve_columns(list(row), opts, f"{path}:{line_no}", audio_column=audio_col)
+        cols = resolve_columns(available, opts, f"{path}:{line_no}", audio_column=audio_col)
         if first and note:
             note_columns(cols, opts)
         first = False

@@ -70,10 +70,10 @@ def test_manifest_without_path_column(tmp_path: Path) -> None:
     assert items == [SourceItem("a", None, str(tmp_path / "a.wav"), None, {})]
 
 
-@pytest.mark.parametrize("bad", ["{oops", json.dumps({"id": "x", "wav": "x.wav"}), json.dumps({"path": "x.wav"})])
+@pytest.mark.parametrize("bad", ["{oops", json.dumps({"id": "x", "wav": "x.wav"})])
 def test_a_bad_manifest_line_is_found_before_the_first_item(tmp_path: Path, bad: str) -> None:
-    """Bad JSON, a row without an audio path, a row without a --passthrough column: on line 41,
-    before line 1's item comes out (it stopped runs mid-way, part committed)."""
+    """Bad JSON, a row without an audio path: on line 41, before line 1's item comes out (it
+    stopped runs mid-way, part committed)."""
     manifest = tmp_path / "m.jsonl"
     good = [json.dumps({"id": f"u{k}", "path": f"{k}.wav", "speaker": k}) for k in range(40)]
     manifest.write_text("\n".join([*good, bad]) + "\n")
@@ -82,6 +82,23 @@ def test_a_bad_manifest_line_is_found_before_the_first_item(tmp_path: Path, bad:
         next(items)
     manifest.write_text("\n".join(good) + "\n")
     assert len(list(iter_source([str(manifest)], SourceOptions(passthrough=("speaker",))))) == 40
+
+
+def test_a_jsonl_row_may_leave_out_a_column_other_rows_have(tmp_path: Path) -> None:
+    """As `datasets`' JSON loader reads such a file: the cell is null (no reference, no prompt, a
+    null passthrough value, the id derived from the path). It refused the whole run, naming the
+    row. A column that no row has is still refused, before any item."""
+    manifest = tmp_path / "m.jsonl"
+    full = {"id": "u0", "path": "0.wav", "text": "hello", "speaker": 7, "hint": "Quilter"}
+    manifest.write_text(json.dumps(full) + "\n" + json.dumps({"path": "sub/1.wav"}) + "\n")
+    opts = SourceOptions(passthrough=("speaker",), prompt_column="hint")
+    first, second = iter_source([str(manifest)], opts)
+    assert (first.id, first.text, first.extra, first.prompt) == ("u0", "hello", {"speaker": 7}, "Quilter")
+    assert (second.id, second.text, second.extra, second.prompt) == ("sub/1", None, {"speaker": None}, None)
+    for named in (SourceOptions(passthrough=("age",)), SourceOptions(text_column="words")):
+        with pytest.raises(SourceError, match=r"m.jsonl:1: no .*column '(age|words)'; available columns: "
+                                              r"id, path, text, speaker, hint"):
+            next(iter_source([str(manifest)], named))
 
 
 def test_unreadable_audio_is_an_item_not_an_error(tmp_path: Path) -> None:
