@@ -40,12 +40,21 @@ def read_soundfile_native(source: object) -> tuple[np.ndarray, int, int]:
         os.unlink(path)
 
 
+# What libsndfile says of a file it cannot recognise, though the file exists.
+_MISLEADING = "File does not exist or is not a regular file"
+
+
 def read_soundfile(source: object) -> tuple[np.ndarray, int, int]:
     """-> ([n, channels] float32, rate, frames the header declares); DecoderFailed on errors."""
     try:
         handle = sf.SoundFile(source)
     except Exception as exc:  # libsndfile raises LibsndfileError/RuntimeError/TypeError by format
-        raise DecoderFailed(short_message(exc)) from exc
+        message = short_message(exc)
+        if _MISLEADING in message and (not isinstance(source, (str, os.PathLike)) or os.path.isfile(source)):
+            # NOTE: libsndfile says this of any data it cannot recognise (text named .wav, an MP3
+            # it cannot sync to); the caller checked that the file exists.
+            message = "the data is in no format it recognises"
+        raise DecoderFailed(message) from exc
     with handle:
         if (handle.format, handle.subtype) == ("OGG", "OPUS"):
             # NOTE: libsndfile 1.2.2 ignores the Opus pre-skip, so its output starts late; FFmpeg

@@ -12,6 +12,7 @@ import pytest
 import soundfile as sf
 
 from batchscribe.audio.decode import AudioDecodeError, audio_duration, decode_audio
+from batchscribe.audio.decode.libsndfile import LIBSNDFILE_VERSION
 from tests.audio.decode.signals import RATE, encode_with_pyav, sine, wav_bytes
 
 def test_librispeech_flac_bytes_equal_soundfile_exactly(shared_data: Path) -> None:
@@ -55,6 +56,20 @@ def test_not_audio_bytes_name_both_decoders() -> None:
     assert "cannot be decoded" in message and "b'<html><b'" in message
     assert "soundfile (libsndfile" in message and "PyAV (FFmpeg) said" in message
     assert "re-encode" in message
+
+
+@pytest.mark.parametrize("name", ["page.mp3", "page.wav", "page"])
+def test_a_file_that_is_not_audio_is_not_said_to_be_missing(tmp_path: Path, name: str) -> None:
+    """libsndfile answers 'File does not exist or is not a regular file' for a file whose data it
+    cannot recognise; quoted as it was, the error said an existing file was missing."""
+    path = tmp_path / name
+    path.write_bytes(b"<html><body>404 Not Found</body></html>")
+    with pytest.raises(AudioDecodeError) as info:
+        decode_audio(str(path))
+    message = str(info.value)
+    said = "'the data is in no format it recognises'" if name.endswith(".mp3") else "'Format not recognised.'"
+    assert "does not exist" not in message and f"soundfile (libsndfile {LIBSNDFILE_VERSION}) said {said}" in message
+    assert f"audio file {str(path)!r} cannot be decoded" in message and "re-encode" in message
 
 
 def test_truncated_flac_is_rejected(shared_data: Path) -> None:
