@@ -539,3 +539,38 @@ def test_export_and_eval_say_when_a_run_is_still_writing(tmp_path: Path) -> None
     (plain / "a.jsonl").write_text(json.dumps({"id": "a", "text": " x", "reference": "x"}) + "\n")
     runner.invoke(app, ["eval", str(plain), "-o", str(tmp_path / "rep3"), "--bootstrap", "0"])
     assert not (plain / CLAIMS_LOCK).exists()
+
+
+def test_a_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130() -> None:
+    """The console script imports the CLI inside its entry point (batchscribe/__main__.py): a
+    KeyboardInterrupt there printed a traceback of half-imported modules and exited by signal."""
+    code = ("import builtins, sys\n"
+            "real = builtins.__import__\n"
+            "def interrupted(name, *a, **k):\n"
+            "    if name == 'batchscribe.cli':\n"
+            "        raise KeyboardInterrupt\n"
+            "    return real(name, *a, **k)\n"
+            "builtins.__import__ = interrupted\n"
+            "sys.argv = ['batchscribe', 'run', '--demo', '-o', 'never']\n"
+            "from batchscribe.__main__ import main\n"
+            "main()\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (130, "error: interrupted while starting: nothing was read or written\n")
+
+
+def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_model: FakeTranscriber,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """After the summary every record is committed; an interrupted report said nothing (Typer's
+    'Aborted.', exit 1). Now it says so, and which command writes the report."""
+    import batchscribe.eval.report
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(batchscribe.eval.report, "evaluate", interrupted)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["run", "--demo", "-o", str(out), "--workers", "0", "--no-progress"],
+                           env={"COLUMNS": "400"})  # fmt: skip
+    assert result.exit_code == 130, result.output
+    assert f"error: interrupted while scoring: every record is committed; `batchscribe eval {out}` writes the WER report" in result.output
+    assert len(read_all(out)) == 3

@@ -173,8 +173,8 @@ def _prepare_report() -> None:
     """Start the server the report's scoring workers fork from now, beside the run: it imports
     the CLI and the scoring code once, in its own process, so after the run the workers start
     ready instead of each importing them (seconds of a large run's report). Each worker re-runs
-    the `batchscribe` script as `__mp_main__`, whose import of batchscribe.cli is then done
-    already (a "__main__" preload would do nothing: CPython never hands the server a main path).
+    the `batchscribe` script as `__mp_main__`, which imports only batchscribe.__main__ (a
+    "__main__" preload would do nothing: CPython never hands the server a main path).
     The decode processes of a CPU run fork from the same server (one a process), hence theirs."""
     from batchscribe.process_context import process_context
 
@@ -192,6 +192,9 @@ def _report_wer(output_dir: Path) -> None:
     try:
         report = evaluate(output_dir)
         paths = write_report(report, output_dir / "eval")
+    except KeyboardInterrupt:  # after the summary: every record is committed
+        _die(f"interrupted while scoring: every record is committed; `batchscribe eval {output_dir}` writes "
+             "the WER report", 130)  # fmt: skip
     except EvalInputError:
         return  # no references in these records: nothing to score
     except OSError as exc:  # the records are committed: a report that cannot be written is a warning

@@ -103,9 +103,9 @@ def _runner(device: str, gpus: str | None, fleet_devices: str | None, ray: str |
 
 def _execute(items: list[str], output: Path, opts: RunOptions, progress: bool, report: bool,
              runner: Runner | None = None) -> None:  # fmt: skip
-    if report:
-        _prepare_report()
     with _handled():
+        if report:
+            _prepare_report()
         result = _run_with_bar(items, output, opts, progress, runner or _runner("auto", None, None, None, None))
     _print_summary(result)
     if report:
