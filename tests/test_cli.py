@@ -574,3 +574,25 @@ def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_mod
     assert result.exit_code == 130, result.output
     assert f"error: interrupted while scoring: every record is committed; `batchscribe eval {out}` writes the WER report" in result.output
     assert len(read_all(out)) == 3
+
+
+def test_a_part_that_finishes_while_another_writes_leaves_the_report_to_it(tmp_path: Path,
+                                                                           fake_model: FakeTranscriber) -> None:  # fmt: skip
+    """`--num-shards 2 --shard-index 0` finishing first scored the folder as it stood: a report
+    of half the items, written as if whole. It now says who still writes and leaves the report to
+    the last part (or to `batchscribe eval`); the last part writes it over every item."""
+    import os
+
+    from batchscribe.output.lock import lock_output
+    from batchscribe.output.resume import output_prefix
+
+    out = tmp_path / "o"
+    args = ["run", "--demo", "-o", str(out), "--workers", "0", "--no-progress", "--num-shards", "2"]
+    with lock_output(out, output_prefix(2, 1)):  # part 1 of 2, alive
+        first = runner.invoke(app, [*args, "--shard-index", "0"], env={"COLUMNS": "400"})
+    assert first.exit_code == 0, first.output
+    assert f"note: no WER report yet: 1 other run(s) still writing into {out} (pid {os.getpid()} on " in first.output
+    assert not (out / "eval").exists()
+    last = runner.invoke(app, [*args, "--shard-index", "1"], env={"COLUMNS": "400"})
+    assert last.exit_code == 0, last.output
+    assert "over 3 items" in last.output and (out / "eval" / "report.md").is_file()

@@ -189,6 +189,15 @@ def _report_wer(output_dir: Path) -> None:
         from batchscribe.eval.report import evaluate
     except ImportError:
         return
+    from batchscribe.output.lock import live_writers
+
+    others = live_writers(output_dir)  # e.g. the other --shard-index parts, still running
+    if others:  # their records are not all there: a report now would score part of the folder
+        owners = "; ".join(o.strip(" ()") or "starting" for o in others)
+        err.print(f"note: no WER report yet: {len(others)} other run(s) still writing into {output_dir} ({owners}); "
+                  f"the last to finish writes it, or run `batchscribe eval {output_dir}` then", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        return
     try:
         report = evaluate(output_dir)
         paths = write_report(report, output_dir / "eval")
