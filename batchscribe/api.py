@@ -59,7 +59,7 @@ def _samples(items: Iterable[tuple | None], sample_rate: int | None, failed: deq
         try:
             if isinstance(audio, np.ndarray) and audio.dtype == np.float32 and sample_rate == SAMPLE_RATE:
                 check_array(item_id, audio)
-                check_finite(item_id, audio)  # NOTE: ~20 us for 13 s of audio; the pipeline's arrays too
+                check_finite(item_id, audio)  # one BLAS pass (docs/GPU_NOTES.md): the pipeline's arrays too
             else:
                 audio = prepare_audio(item_id, audio, sample_rate)
         except AudioDecodeError as exc:
