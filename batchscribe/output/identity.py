@@ -188,6 +188,9 @@ def differences(key: str, before: Any, now: Any) -> list[str]:
     if _canon(before) == _canon(now):
         return []
     note = NOTES.get(key)
+    if key == "num_shards" and isinstance(before, int) and before > 1:  # e.g. --retry-errors on one part's folder
+        note = (f"the folder was written in {before} parts: rerun each part with --num-shards {before} "
+                f"--shard-index K, K = 0..{before - 1}; {note}")  # fmt: skip
     return [f"  {_label(key)}: before {_show(before)}, now {_show(now)}" + (f" ({note})" if note else "")]
 
 

@@ -64,6 +64,11 @@ def test_each_writer_is_compared_with_every_other(tmp_path: Path) -> None:
     commit_prefix(tmp_path, prefixes[0])
     with pytest.raises(ResumeConflictError, match=f"(?s)run_config-{prefixes[0]}.json.*model: before"):
         check_run_config(tmp_path, {**BASE, "num_shards": 2, "model": "base"})
+    # A run of the whole folder (e.g. --retry-errors without the part's flags) is told how to rerun the parts
+    with pytest.raises(ResumeConflictError, match=r"--num-shards: before 2, now 1 \(the folder was written in 2 "
+                                                  r"parts: rerun each part with --num-shards 2 --shard-index K, "
+                                                  r"K = 0..1; --gpus sets it too"):
+        check_run_config(tmp_path, BASE)
 
 
 def commit_prefix(directory: Path, prefix: str) -> None:
