@@ -196,7 +196,7 @@ def _report_wer(output_dir: Path) -> None:
         owners = "; ".join(o.strip(" ()") or "starting" for o in others)
         err.print(f"note: no WER report yet: {len(others)} other run(s) still writing into {output_dir} ({owners}); "
                   f"the last to finish writes it, or run `batchscribe eval {output_dir}` then", highlight=False,
-                  soft_wrap=True)  # fmt: skip
+                  markup=False, soft_wrap=True)  # fmt: skip
         return
     try:
         report = evaluate(output_dir)

@@ -91,7 +91,7 @@ def read_manifest(
     # Every row's keys: a JSONL row may leave out a column others have (its cell is then null), as
     # `datasets`' JSON loader reads it; a column no row has is refused.
     available = list(dict.fromkeys(key for _, row in rows(path) for key in row))
-    listed = set()
+    listed: set[str] = set()
     for item in _manifest_items(path, rows(path), opts, available, note=False):
         if audiofolder and item.path:
             listed.add(os.path.realpath(item.path))
@@ -104,7 +104,7 @@ _UNLISTED_AT_MOST = 100_000  # audio files walked to find unlisted ones: past th
 
 
 def _warn_unlisted(manifest: Path, listed: set[str], exclude: tuple[str, ...]) -> None:
-    unlisted = []
+    unlisted: list[str] = []
     for n, found in enumerate(walk_audio(manifest.parent, exclude)):
         if n >= _UNLISTED_AT_MOST:
             break
