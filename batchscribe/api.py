@@ -123,7 +123,7 @@ class Transcriber:
         attention: str = "auto",
         cross_kv: str = "auto",
         encoder_precision: str = "auto",
-        batch_invariant: bool = False,
+        batch_invariant: bool | None = None,
         decode: DecodeOptions | None = None,
         engine: EngineOptions | None = None,
         **decode_options: Any,

@@ -7,10 +7,10 @@ Each of the first --rows of LibriSpeech test-other is transcribed --copies times
 copies shuffled among the other rows (a fixed seed), so every copy meets another batch: other
 admission groups for the encoder, other row buckets and neighbours for the decoder. A batch-invariant
 engine gives every copy of a row the same tokens and the same avg_logprob, bit for bit. For each
-configuration (`ATTENTION[,invariant][,nographs][,enc1][,onebucket][,slots=N]`: an --attention
-value; --batch-invariant; CUDA graphs off; every window encoded alone instead of in admission chunks
-of 1-64; every decode step padded to all the slots instead of the smallest row bucket; a slot
-count), the share of rows whose copies agree on the text, on the tokens and exactly on every
+configuration (`ATTENTION[,invariant|,variant][,nographs][,enc1][,onebucket][,slots=N]`: an
+--attention value; --batch-invariant or --no-batch-invariant (neither: the default, on with
+CUDA); CUDA graphs off; every window encoded alone instead of in admission chunks of 1-64; every
+decode step padded to all the slots instead of the smallest row bucket; a slot count), the share of rows whose copies agree on the text, on the tokens and exactly on every
 segment's avg_logprob, and the largest avg_logprob spread within a row. Greedy decoding
 (temperature 0), so a fallback cannot hide a difference. A diagnostic: prints, appends nothing.
 """
@@ -21,6 +21,7 @@ import argparse
 import random
 from collections import defaultdict
 
+import common
 from fp8_accuracy import rows
 
 
@@ -28,7 +29,7 @@ def _config(spec: str) -> dict:
     """A --configs value -> Transcriber options (`enc1` is applied by the caller)."""
     parts = spec.split(",")
     options = {"attention": parts[0], "cuda_graphs": "nographs" not in parts[1:]}
-    options["batch_invariant"] = "invariant" in parts[1:]  # the engine's own option
+    options["batch_invariant"] = common.batch_invariant(parts[1:])  # the engine's own option
     for part in parts[1:]:
         if part.startswith("slots="):
             options["batch_size"] = int(part.split("=", 1)[1])

@@ -29,6 +29,12 @@ def commit() -> str:
         return "unknown"
 
 
+def batch_invariant(flags: list[str]) -> bool | None:
+    """A config's flags -> EngineOptions.batch_invariant: `invariant` on, `variant` off, else the
+    engine's default (on with CUDA)."""
+    return True if "invariant" in flags else False if "variant" in flags else None
+
+
 def hardware() -> str:
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} (torch {torch.__version__})"

@@ -82,6 +82,7 @@ _ORIGINAL: dict = {}  # the engine's own chunk sizes and bucket rule, before any
 def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, config: str, arena: bool,
             opts, decode_mode: str | None):  # fmt: skip
     """A transcriber whose engine, graphs, arena and `run` path have all run once."""
+    import common
     import numpy as np
 
     from batchscribe.api import Transcriber
@@ -96,7 +97,7 @@ def _warmed(parquet: Path, model: str, dtype: str | None, slots: int | None, con
     encoder.ENCODER_CHUNKS = (1,) if "enc1" in flags else _ORIGINAL["chunks"]
     engine.default_buckets = (lambda n: [n]) if "onebucket" in flags else _ORIGINAL["buckets"]
     transcriber = Transcriber(model, device="auto", dtype=dtype, batch_size=slots, decode=opts.decode,
-                              attention=attention, cross_kv=cross_kv, batch_invariant="invariant" in flags)  # fmt: skip
+                              attention=attention, cross_kv=cross_kv, batch_invariant=common.batch_invariant(flags))  # fmt: skip
     transcriber.transcribe([("warm", np.zeros(16000 * 5, np.float32))], sample_rate=16000)  # builds the engine and its graphs
     if arena and (decode_mode or "threads") == "threads":
         transcriber.host_allocator()  # and its pinned arena (1 GiB page-locked), a start-up cost
@@ -223,8 +224,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--peer-batch", type=int, nargs="*", default=[256])
     ap.add_argument("--configs", nargs="*", default=["auto:auto"],
                     help="attention:cross_kv pairs to run, e.g. sdpa:auto flashinfer:auto flashinfer:fp8; "
-                         "further parts: `invariant` runs --batch-invariant (auto:auto:invariant); `enc1` and "
-                         "`onebucket` its two halves alone (diagnostics)")
+                         "further parts: `invariant` / `variant` run --batch-invariant / --no-batch-invariant "
+                         "(auto:auto:variant; neither: the engine's default, invariant on CUDA); `enc1` and "
+                         "`onebucket` its two halves alone, with `variant` (diagnostics)")
     ap.add_argument("--in-flight-per-worker", type=int, default=None,
                     help="items handed to each decode worker ahead of their results (diagnosis)")
     ap.add_argument("--thread-chunk", type=int, default=None,

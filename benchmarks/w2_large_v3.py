@@ -251,8 +251,9 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
     ap.add_argument("--peer-batch", type=int, nargs="*", default=list(peer_batches))
     ap.add_argument("--peer-windows", type=int, default=256)
     ap.add_argument("--configs", nargs="*", default=list(configs),
-                    help="attention:cross_kv[:encoder_precision[:invariant]] to run, e.g. sdpa:auto flashinfer:fp8 "
-                         "auto:auto:fp8 auto:auto:auto:invariant (--batch-invariant)")
+                    help="attention:cross_kv[:encoder_precision[:invariant|variant]] to run, e.g. sdpa:auto "
+                         "flashinfer:fp8 auto:auto:fp8 auto:auto:auto:variant (--no-batch-invariant; the default "
+                         "on CUDA is batch-invariant)")
     ap.add_argument("--pageable-audio", action="store_true", help="hand the engine ordinary numpy audio "
                     "(the Python API's arrays), which admission packs on the host, instead of samples in "
                     "the pinned arena (what `run` decodes into on CUDA)")
@@ -274,7 +275,7 @@ def main(name: str = "W2", arch: str = "large-v3", tokens: int = 128, peer_batch
         attention, cross_kv, encoder_precision, *flags = config.split(":") + ["auto"] * (config.count(":") < 2)
         options = EngineOptions(device="cuda", dtype="bfloat16", batch_size=args.slots or None, attention=attention,
                                 cross_kv=cross_kv, encoder_precision=encoder_precision,
-                                batch_invariant="invariant" in flags)  # fmt: skip
+                                batch_invariant=common.batch_invariant(flags))  # fmt: skip
         r = ours(tok, args.windows, resolve_engine(options, dims).with_slots(dims), args.pageable_audio)
         r["config"] = config
         print(f"batchscribe {config}: {r}", flush=True)

@@ -51,7 +51,7 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
     assert t.config.device.type == "cpu" and t.config.n_slots == t.n_slots == 3 and not t.config.cuda_graphs
     described = t.describe()
     weights = hashlib.sha256((tiny_en_dir / "model.safetensors").read_bytes()).hexdigest()
-    assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32",
+    assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32", "batch_invariant": False,
                                      "weights_sha256": hashlib.sha256(f"model.safetensors\0{weights}\n".encode()).hexdigest()}
     assert described["engine"]["batch_size"] == 3 and described["engine"]["device"] == "cpu"
     assert t.scheduler().engine.n_slots == 3

@@ -117,8 +117,8 @@ def test_changed_settings_exit_2(tmp_path: Path, fake_model: FakeTranscriber) ->
 
 
 def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--device, --dtype, --batch-size, --attention, --cross-kv and --no-cuda-graphs arrive together
-    as RunOptions.engine, the EngineOptions the transcriber is built from."""
+    """--device, --dtype, --batch-size, --attention, --cross-kv, --no-cuda-graphs and
+    --[no-]batch-invariant arrive together as RunOptions.engine, the EngineOptions the transcriber is built from."""
     from batchscribe.config import EngineOptions
 
     seen: list = []
@@ -130,7 +130,10 @@ def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path
     assert seen[0].engine == EngineOptions(device="cpu", dtype="float32", batch_size=3, cuda_graphs=False,
                                            attention="sdpa", cross_kv="fp8")  # fmt: skip
     assert runner.invoke(app, [*args[:-1], "--cuda-graphs", "--overwrite"]).exit_code == 0
-    assert seen[1].engine.cuda_graphs
+    assert seen[1].engine.cuda_graphs and seen[1].engine.batch_invariant is None  # the device decides
+    for flag, value in (("--batch-invariant", True), ("--no-batch-invariant", False)):
+        assert runner.invoke(app, [*args, flag, "--overwrite"]).exit_code == 0
+        assert seen[-1].engine.batch_invariant is value
 
 
 def test_demo_manifest_is_packaged() -> None:

@@ -28,7 +28,7 @@ def run_command(
     inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
-    batch_invariant: BatchInvariant = False,
+    batch_invariant: BatchInvariant = None,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
     word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
     condition_on_previous_text: ConditionOnPrevious = False, vad: Vad = False,

@@ -52,7 +52,7 @@ class EngineConfig:
     # passes, CUDA with Triton) or "fp8" (fused, with e4m3 GEMMs).
     encoder: str = "eager"
     skip_inert_rows: bool = True  # kernels that can skip rows not running do
-    batch_invariant: bool = False  # EngineOptions.batch_invariant: fixed shapes for every window and step
+    batch_invariant: bool = False  # EngineOptions.batch_invariant resolved: fixed shapes for every window and step
 
     @property
     def on_cuda(self) -> bool:
@@ -82,8 +82,9 @@ class EngineConfig:
             identity["encoder_precision"] = "fp8"
             # which layers keep the model's dtype (a folder of the all-fp8 encoder is refused)
             identity["encoder_dense_layers"] = ",".join(map(str, FP8_DENSE_LAYERS))
-        if self.batch_invariant:  # only then, as above
-            identity["batch_invariant"] = True
+        # Recorded either way since it became the default on CUDA: a folder written before, which
+        # lacks the key, resumes (output/identity.py's ADDED_KEYS).
+        identity["batch_invariant"] = self.batch_invariant
         return identity
 
     def describe(self) -> dict[str, Any]:
@@ -94,7 +95,8 @@ class EngineConfig:
 
 def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     """Resolve once: the device, the dtype (float16 on CUDA, float32 on the CPU by default), the
-    attention kernels, whether to capture graphs, the self-attention length buckets. Raises
+    attention kernels, whether to capture graphs, the self-attention length buckets, batch
+    invariance (by default on CUDA only). Raises
     ConfigError naming the fix; touches no weights, so it runs before the model loads."""
     device = resolve_device(options.device)
     cuda = device.type == "cuda"
@@ -104,15 +106,16 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
         kv_buckets = (dims.n_text_ctx,) if plan.ragged_self else tuple(default_kv_buckets(dims.n_text_ctx))
-    if options.batch_invariant and not cuda:
+    invariant = cuda if options.batch_invariant is None else options.batch_invariant
+    if invariant and not cuda:
         request_reproducible_mkl()  # before the weights load: MKL reads it at its first call
-    if options.batch_invariant and plan.self_kernel == "sdpa":
+    if invariant and plan.self_kernel == "sdpa":
         # SDPA's sums change with the attended (masked) length; the Triton kernel's do not (measured)
         kv_buckets = (dims.n_text_ctx,)
     return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
                         fused_greedy=cuda and triton_select.triton_available(), encoder=encoder,
-                        batch_invariant=options.batch_invariant)  # fmt: skip
+                        batch_invariant=invariant)  # fmt: skip
 
 
 def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> str:

@@ -34,8 +34,9 @@ IDENTITY_KEYS = ("model", "decode_options", "format", "inputs", "inputs_fingerpr
 # How duplicate ids are named (audio/sources/ids.py). Earlier versions numbered them (`x#2`) and did
 # not record this key.
 ID_SCHEME = "origin"
-# Recorded since issue 18: folders written before lack them and still resume.
-ADDED_KEYS = frozenset({"engine.weights_sha256"})
+# Recorded since issue 18 (the weights) and since batch invariance became CUDA's default (recorded
+# off too): folders written before lack them and still resume.
+ADDED_KEYS = frozenset({"engine.weights_sha256", "engine.batch_invariant"})
 ENGINE_KEY = "engine"  # the resolved engine's identity: dtype, kernels, cross K/V, the weights' sha256
 _CONFIG_FILE = re.compile(r"^run_config(-(?P<prefix>.+))?\.json$")
 # What the user set for each key, named in a refusal instead of the key: the `run` flag, else a
@@ -50,7 +51,7 @@ FLAGS = {
     "source_options.text_column": "--text-column", "source_options.prompt_column": "--prompt-column", "source_options.passthrough": "--passthrough",
     "source_options.config": "--config", "source_options.split": "--split", "engine.dtype": "--dtype",
     "engine.attention": "--attention / --cross-kv / --dtype", "engine.encoder_precision": "--encoder-precision",
-    "engine.batch_invariant": "--batch-invariant",
+    "engine.batch_invariant": "--batch-invariant / --no-batch-invariant",
     "engine.weights_sha256": "the model's weights (sha256)", "inputs_fingerprint": "the input files (fingerprint)",
 }  # fmt: skip
 # Said after a key's values where the flag alone does not explain the change.

@@ -1,6 +1,6 @@
 """The engine (engine/engine.py) as an object: freed by reference counting alone, out of GPU
-memory it halves its slots until they fit, and batch-invariant when asked: a row's record does not
-depend on the rows decoded beside it."""
+memory it halves its slots until they fit, and batch-invariant (on CUDA by default, on the CPU when
+asked): a row's record does not depend on the rows decoded beside it."""
 
 from __future__ import annotations
 
@@ -102,15 +102,17 @@ def test_batch_invariant_records_do_not_depend_on_the_batch(tiny_en_dir, utteran
     assert _copies_differ(tiny_en_dir, utterances, "cpu", 6, batch_invariant=True, word_timestamps=words) == []
 
 
-def test_the_default_engine_is_not_batch_invariant(tiny_en_dir, utterances) -> None:
+def test_the_default_engine_on_the_cpu_is_not_batch_invariant(tiny_en_dir, utterances) -> None:
     """What the option is for: the same harness finds rows whose copies differ without it (if this
-    ever fails, the engine became batch-invariant by default and the option's cost can go)."""
+    ever fails, the CPU's engine became batch-invariant by itself and the option's cost can go)."""
     assert _copies_differ(tiny_en_dir, utterances, "cpu", 6) != []
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_batch_invariant_records_on_cuda_do_not_depend_on_the_batch(tiny_en_dir, utterances) -> None:
-    """The same on the GPU with its captured graphs: windows encoded alone, every step at all the slots."""
-    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=True) == []
-    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=True, word_timestamps=True) == []
+def test_records_on_cuda_do_not_depend_on_the_batch_by_default(tiny_en_dir, utterances) -> None:
+    """The same on the GPU with its captured graphs, where it is the default: windows encoded in
+    chunks of one size, every step at all the slots. Turned off, the harness finds rows that differ."""
+    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24) == []
+    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, word_timestamps=True) == []
+    assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=False) != []

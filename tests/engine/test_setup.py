@@ -10,6 +10,8 @@ from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine.setup import _encoder_mode, resolve_engine
 from batchscribe.model.dims import ModelDims
 
+from tests.marks import needs_cuda
+
 TINY = ModelDims.from_hf_config(dict(
     vocab_size=51864, num_mel_bins=80, d_model=384, encoder_layers=4, decoder_layers=4, encoder_attention_heads=6,
     decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536, max_source_positions=1500,
@@ -52,10 +54,25 @@ def test_an_eager_encoder_refuses_the_fa3_encoder_kernel() -> None:
 
 
 def test_batch_invariant_enters_the_identity_and_fixes_sdpas_length() -> None:
-    """Its records differ from the default's in the last digits, so it is part of the identity (and
-    absent by default, so older folders resume); SDPA then always attends over the whole context."""
+    """Its records differ from the other path's in the last digits, so it is part of the identity
+    (recorded either way; output/identity.py lets folders that lack the key resume); SDPA then
+    always attends over the whole context. On the CPU it is off unless asked for."""
     auto = resolve_engine(EngineOptions(device="cpu"), TINY)
     invariant = resolve_engine(EngineOptions(device="cpu", batch_invariant=True), TINY)
-    assert "batch_invariant" not in auto.identity()
+    assert auto.identity()["batch_invariant"] is False and not auto.batch_invariant
+    assert auto == resolve_engine(EngineOptions(device="cpu", batch_invariant=False), TINY)
     assert invariant.identity() == {**auto.identity(), "batch_invariant": True}
     assert (auto.kv_buckets, invariant.kv_buckets) == ((), (TINY.n_text_ctx,))
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_batch_invariant_is_cudas_default() -> None:
+    assert resolve_engine(EngineOptions(device="cuda"), TINY).batch_invariant
+    assert resolve_engine(EngineOptions(device="cuda"), TINY).identity()["batch_invariant"] is True
+    assert not resolve_engine(EngineOptions(device="cuda", batch_invariant=False), TINY).batch_invariant
+
+
+def test_batch_invariant_must_be_a_bool_or_none() -> None:
+    with pytest.raises(ConfigError, match="batch_invariant='yes'; use True, False or None"):
+        EngineOptions(batch_invariant="yes")  # type: ignore[arg-type]

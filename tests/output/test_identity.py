@@ -56,6 +56,26 @@ def test_a_folder_from_an_earlier_version_still_resumes(tmp_path: Path) -> None:
         check_engine_identity(tmp_path, {**BASE["engine"], "dtype": "float16"})
 
 
+def test_batch_invariance_is_compared_only_where_the_folder_recorded_it(tmp_path: Path) -> None:
+    """Folders written before it became CUDA's default lack the key (it was recorded only when on)
+    and resume either way; since then it is recorded on and off, and a change is refused by name."""
+    old = tmp_path / "old"
+    old.mkdir()
+    write_run_config(old, BASE)
+    commit(old, [rec(0)])
+    for invariant in (True, False):
+        check_engine_identity(old, {**BASE["engine"], "batch_invariant": invariant})
+    for before, now in ((True, False), (False, True)):
+        new = tmp_path / str(before)
+        new.mkdir()
+        write_run_config(new, {**BASE, "engine": {**BASE["engine"], "batch_invariant": before}})
+        commit(new, [rec(0)])
+        check_engine_identity(new, {**BASE["engine"], "batch_invariant": before})
+        message = f"--batch-invariant / --no-batch-invariant: before {str(before).lower()}, now {str(now).lower()}"
+        with pytest.raises(ResumeConflictError, match=message):
+            check_engine_identity(new, {**BASE["engine"], "batch_invariant": now})
+
+
 def test_each_writer_is_compared_with_every_other(tmp_path: Path) -> None:
     prefixes = [output_prefix(2, k) for k in range(2)]
     write_run_config(tmp_path, {**BASE, "num_shards": 2}, prefixes[0])
