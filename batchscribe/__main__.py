@@ -13,7 +13,7 @@ def main() -> None:
     try:
         from batchscribe.cli import main as cli_main
     except KeyboardInterrupt:
-        sys.stderr.write("error: interrupted while starting: nothing was read or written\n")
+        sys.stderr.write("error: interrupted while starting: nothing was read or written; rerun the same command to resume\n")
         sys.exit(130)
     cli_main()
 

@@ -558,7 +558,7 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130() -> None:
             "from batchscribe.__main__ import main\n"
             "main()\n")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stderr) == (130, "error: interrupted while starting: nothing was read or written\n")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted while starting: nothing was read or written; rerun the same command to resume\n")
 
 
 def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_model: FakeTranscriber,
@@ -575,7 +575,8 @@ def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_mod
     result = runner.invoke(app, ["run", "--demo", "-o", str(out), "--workers", "0", "--no-progress"],
                            env={"COLUMNS": "400"})  # fmt: skip
     assert result.exit_code == 130, result.output
-    assert f"error: interrupted while scoring: every record is committed; `batchscribe eval {out}` writes the WER report" in result.output
+    assert ("error: interrupted while scoring: every record is committed; rerun the same command to resume (it "
+            f"writes the WER report), or run `batchscribe eval {out}`") in result.output
     assert len(read_all(out)) == 3
 
 

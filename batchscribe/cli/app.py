@@ -202,8 +202,8 @@ def _report_wer(output_dir: Path) -> None:
         report = evaluate(output_dir)
         paths = write_report(report, output_dir / "eval")
     except KeyboardInterrupt:  # after the summary: every record is committed
-        _die(f"interrupted while scoring: every record is committed; `batchscribe eval {output_dir}` writes "
-             "the WER report", 130)  # fmt: skip
+        _die(f"interrupted while scoring: every record is committed; rerun the same command to resume (it "
+             f"writes the WER report), or run `batchscribe eval {output_dir}`", 130)  # fmt: skip
     except EvalInputError:
         return  # no references in these records: nothing to score
     except OSError as exc:  # the records are committed: a report that cannot be written is a warning
