@@ -71,9 +71,13 @@ def _no_surrogates(value: Any) -> Any:
     return value
 
 
-def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _csv_reader(path: Path) -> csv.DictReader:
     lines = (line for _, line in _utf8_lines(path))
-    reader = csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+    return csv.DictReader(lines, delimiter="\t" if path.suffix.lower() == ".tsv" else ",")
+
+
+def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    reader = _csv_reader(path)
     for row in reader:
         yield reader.line_num, row
 
@@ -88,9 +92,7 @@ def read_manifest(
     committed, and fixing the line then changed the input the output folder was pinned to.
     `audiofolder`: the manifest is the `metadata.*` of a folder given as the input, whose audio
     files it does not list are not transcribed: a warning counts them."""
-    # Every row's keys: a JSONL row may leave out a column others have (its cell is then null), as
-    # `datasets`' JSON loader reads it; a column no row has is refused.
-    available = list(dict.fromkeys(key for _, row in rows(path) for key in row))
+    available = _columns(path, rows)
     listed: set[str] = set()
     for item in _manifest_items(path, rows(path), opts, available, note=False):
         if audiofolder and item.path:
@@ -98,6 +100,15 @@ def read_manifest(
     if audiofolder:
         _warn_unlisted(path, listed, opts.exclude)
     yield from _manifest_items(path, rows(path), opts, available)
+
+
+def _columns(path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]]) -> list[str]:
+    """The manifest's columns: a CSV's header, or every JSONL row's keys (a JSONL row may leave out
+    a column others have: its cell is then null, as `datasets`' JSON loader reads it; a column no
+    row has is refused). Only JSONL needs a pass of its own over the file."""
+    if rows is csv_rows:
+        return list(_csv_reader(path).fieldnames or ())
+    return list(dict.fromkeys(key for _, row in rows(path) for key in row))
 
 
 _UNLISTED_AT_MOST = 100_000  # audio files walked to find unlisted ones: past that, the walk costs seconds
