@@ -24,8 +24,8 @@ from pathlib import Path
 
 
 PHASES = [
-    "batchscribe.run:default_transcriber", "batchscribe.api:resolve_model", "batchscribe.api:Tokenizer.from_folder",
-    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.api:resolve_engine",
+    "batchscribe.run:default_transcriber", "batchscribe.model_check:resolve_model", "batchscribe.model_check:Tokenizer.from_folder",
+    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.model_check:resolve_engine",
     "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Transcriber.scheduler", "batchscribe.api:Prewarm.join",
     "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
@@ -42,7 +42,7 @@ def _wrap_phases(t0: float, log: list[str]) -> None:
         owner: object = importlib.import_module(module_name)
         *path, name = attr.split(".")
         for part in path:
-            owner = getattr(owner, part)
+            owner = getattr(owner, part, None)
         fn = getattr(owner, name, None)
         if fn is None:
             log.append(f"{0:8.2f} s  (not found: {spec}; renamed?)")
