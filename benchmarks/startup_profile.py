@@ -24,8 +24,9 @@ from pathlib import Path
 
 
 PHASES = [
-    "batchscribe.run:default_transcriber", "batchscribe.model_check:resolve_model", "batchscribe.model_check:Tokenizer.from_folder",
-    "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict", "batchscribe.model_check:resolve_engine",
+    "batchscribe.run:default_transcriber", "batchscribe.model_check:resolve_model",
+    "batchscribe.model_check:Tokenizer.from_folder", "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict",
+    "batchscribe.model_check:resolve_engine",
     "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Transcriber.scheduler", "batchscribe.api:Prewarm.join",
     "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
