@@ -86,6 +86,7 @@ class Sink:
         self.writer, self.state, self.max_errors = writer, state, max_errors
         self.start, self.total, self.progress = start, total, progress
         self.load_seconds = load_seconds
+        self.first_record_seconds: float | None = None  # after `start`, when the first record came
         # Error records taken back by --retry-errors whose items have no new record yet: `flush`
         # puts them back (see there).
         self.taken_back = {str(r["id"]): r for r in retried}
@@ -109,6 +110,8 @@ class Sink:
 
     def add(self, record: dict[str, Any]) -> None:
         with self._lock:
+            if self.first_record_seconds is None:
+                self.first_record_seconds = time.monotonic() - self.start
             self.writer.add(record)
             self.taken_back.pop(str(record["id"]), None)
             self.done += 1
@@ -196,6 +199,9 @@ def run_summary(inputs: Sequence[str], opts: Any, state: OutputState, sink: Sink
         # conversion), and on CUDA the engine build and graph capture. Without it, the steady rate.
         "model_load_seconds": sink.load_seconds,
         "rtfx_excluding_model_load": rtfx(session_seconds, wall - sink.load_seconds),
+        # One measure of start-up for every path (plain, --gpus, --ray): model_load_seconds is the
+        # load and capture in one process but the time to the first record under --ray.
+        "first_record_seconds": sink.first_record_seconds,
         "start_time": start_time,
         "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "model": {"name": opts.model, "info": described.get("model")},
@@ -234,6 +240,6 @@ def nothing_left_summary(state: OutputState, previous: dict[str, Any], skipped: 
         "this_run": {"items": 0, "ok": 0, "errors": 0, "skipped_completed": skipped, "retried_errors": 0,
                      "audio_hours": 0.0, "nothing_left": True},
         "wall_seconds": time.monotonic() - start, "rtfx": None, "model_load_seconds": 0.0,
-        "rtfx_excluding_model_load": None, "start_time": start_time,
+        "rtfx_excluding_model_load": None, "first_record_seconds": None, "start_time": start_time,
         "end_time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }  # fmt: skip

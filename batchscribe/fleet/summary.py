@@ -17,9 +17,11 @@ from batchscribe.version import __version__
 
 
 def fleet_summary(inputs: Sequence[str], opts: RunOptions, children: Sequence[tuple[ChildPlan, int, dict[str, Any] | None]],
-                  before: dict[str, Any], status: str, wall: float, start_time: str) -> dict[str, Any]:  # fmt: skip
+                  before: dict[str, Any], status: str, wall: float, start_time: str,
+                  first_record: float | None = None) -> dict[str, Any]:  # fmt: skip
     """`children`: (plan, restarts, that child's summary or None when it never got that far);
-    `before`: the children's committed totals when the run began, so `this_run` is the difference."""
+    `before`: the children's committed totals when the run began, so `this_run` is the difference;
+    `first_record`: seconds after the run began when a child first reported a record."""
     summaries = [s for _, _, s in children if s]
     total = {k: sum(int(s.get(k, 0)) for s in summaries) for k in ("items", "ok", "errors", "shards")}
     audio_s = sum(float(s.get("audio_hours", 0.0)) for s in summaries) * 3600.0
@@ -43,6 +45,7 @@ def fleet_summary(inputs: Sequence[str], opts: RunOptions, children: Sequence[tu
         # The children load their models at the same time: the longest load is the run's start-up.
         "model_load_seconds": load,
         "rtfx_excluding_model_load": rtfx(new_audio, wall - load),
+        "first_record_seconds": first_record,
         "start_time": start_time, "end_time": now_iso(),
         "gpus": [{"device": p.device, "prefix": p.prefix, "restarts": restarts,
                   "status": (s or {}).get("status", "not started"), "items": (s or {}).get("items", 0)}

@@ -70,6 +70,7 @@ class Supervisor:
         self.events: queue.Queue[tuple[str, int, int, Any]] = queue.Queue()
         self.stopping = False
         self.start = time.monotonic()
+        self.first_record: float | None = None  # seconds after start when a child first reported one
         self.total = estimate_total(self.inputs, src)
 
     def run(self) -> RunResult:
@@ -172,6 +173,8 @@ class Supervisor:
     def _on_message(self, child: _Child, message: dict[str, Any]) -> None:
         if "progress" in message:
             child.progress = message["progress"]
+            if self.first_record is None and child.progress.get("done"):
+                self.first_record = time.monotonic() - self.start
             if self.progress is not None:
                 self.progress(self._aggregate())
         elif "summary" in message:
@@ -235,7 +238,7 @@ class Supervisor:
             summary = child.summary or _read_json(self.output_dir / summary_name(child.plan.prefix))
             children.append((child.plan, child.restarts, summary))
         return fleet_summary(self.inputs, self.opts, children, before, status, time.monotonic() - self.start,
-                             start_time)  # fmt: skip
+                             start_time, self.first_record)  # fmt: skip
 
     def _failure_error(self, child: _Child) -> Exception:
         why = child.error or "\n".join(child.stderr) or f"exit code {child.code}"

@@ -55,6 +55,7 @@ def _check_complete(out: Path, reference: dict[str, str]) -> dict:
     summary = json.loads((out / "summary.json").read_text())  # one summary for the whole run
     assert (summary["status"], summary["items"], summary["errors"]) == ("complete", len(reference), 1)
     assert [g["prefix"] for g in summary["gpus"]] == list(PREFIXES)
+    assert 0 < summary["first_record_seconds"] <= summary["wall_seconds"]  # a child's first, as the parent saw it
     return summary
 
 

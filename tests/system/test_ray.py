@@ -80,6 +80,7 @@ def test_two_actors_over_40_rows_equal_a_plain_run(rows: Path, model_cache: Path
     assert [i for i in want if not _same(got[i], want[i])] == []  # every record, field for field
     summary = json.loads((tmp_path / "ray" / "summary.json").read_text())
     assert (summary["status"], summary["items"], summary["ray"]["workers"]) == ("complete", ROWS, 2)
+    assert summary["model_load_seconds"] <= summary["first_record_seconds"] <= summary["wall_seconds"]
     for name in ("summary.json", "eval/report.json"):
         assert (tmp_path / "ray" / name).is_file(), name  # the summary and WER report, as a plain run writes
     wer = [json.loads((tmp_path / run / "eval/report.json").read_text())["corpus"]["wer"] for run in ("ray", "plain")]
