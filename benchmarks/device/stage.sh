@@ -5,6 +5,8 @@
 #   bash benchmarks/device/stage.sh
 # Then, back to back (the machine keeps $HOME/stage only while it stays warm):
 #   run(carry=[".whl2", ".stage/p1"], command="bash benchmarks/device/call_a.sh COMMIT [W2 ARGS...]")
+#   run(carry=[".stage/fa3", ".stage/dec"], command="source benchmarks/device/aot_modules.sh")  (the modules
+#       call: FlashInfer's prebuilt modules where it loads them, so nothing JIT-builds; skip it without .fiaot)
 #   run(carry=[".stage/p2"],          command="bash benchmarks/device/call_b.sh COMMIT [PYTEST ARGS...]")
 #   run(carry=[".stage/p3"],          command="bash benchmarks/device/call_c.sh COMMIT")  (train-clean-5 W1)
 #   run(carry=[],                     command="bash benchmarks/device/call_w1.sh COMMIT")  (W1, words, prompt)
@@ -45,10 +47,11 @@ mkdir -p .stage/p1/data/misc && cp ../shared/data/misc/jfk.flac .stage/p1/data/m
 mkdir -p .stage/p3/data/librispeech
 python -c "import pyarrow.parquet as pq; pq.write_table(pq.read_table('../shared/data/librispeech/train-clean-5-00000-of-00008.parquet').slice(0, 100), '.stage/p3/data/librispeech/train-clean-5-first100.parquet', row_group_size=64)"
 # FlashInfer's modules built by earlier calls, unpacked into .fiaot (call_b.sh returns the decode
-# ones as aot.tgz, call_fa3.sh the encoder's FA3 ones as fa3.tgz): no JIT. FA3's ride in .stage/fa3
-# (p1 and .whl2 leave no room for them in call A).
-mkdir -p .stage/fa3
-find .fiaot -name "batch_decode*.so" -exec cp {} .stage/p1/aot/ \; 2>/dev/null || true
+# ones as aot.tgz, call_fa3.sh the encoder's FA3 ones as fa3.tgz): no JIT. They ride in .stage/dec
+# and .stage/fa3 (~9 + 7 MiB with both dtypes: p1 and .whl2 leave no room for them in call A), in
+# the call right after call A (the modules call).
+mkdir -p .stage/fa3 .stage/dec
+find .fiaot -name "batch_decode*.so" -exec cp {} .stage/dec/ \; 2>/dev/null || true
 find .fiaot -name "batch_prefill*sm90.so" -exec cp {} .stage/fa3/ \; 2>/dev/null || true
 # Ray for call_ray.sh (the image has none; its cp312 wheel is ~79 MB): the wheel less its Java jars,
 # RLlib and the dashboard's web build, with the jsonschema packages the image lacks, one xz tarball.
