@@ -558,7 +558,8 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130() -> None:
             "from batchscribe.__main__ import main\n"
             "main()\n")  # fmt: skip
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stderr) == (130, "error: interrupted while starting: nothing was read or written; rerun the same command to resume\n")
+    assert (done.returncode, done.stderr) == (130, "error: interrupted while starting: nothing was read or written; "
+                                                   "rerun the same command to resume\n")
 
 
 def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_model: FakeTranscriber,
