@@ -213,9 +213,35 @@ class _Stages:
         self.gpus = _gpus_per_actor(ray, opts.engine.device)
 
     def records(self) -> Iterator[dict[str, Any]]:
-        """Each output batch as a pyarrow table (id, text, error, record, describe)."""
+        """Each output row as a dict (id, text, error, record, describe)."""
+        engine = self.opts.engine
+        device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
+        # A CPU actor decodes its rows on its call threads: decode tasks there cost more (their
+        # Python workers, the samples through the object store) than the decoding they take off it.
+        ds = self.decoded(decode=bool(self.gpus))
+        ds = ds.map_batches(
+            # Arrow batches: the samples reach the engine as views of the block, not copies (actor.py)
+            Transcribe, batch_size=rows_per_call(self.gpus, engine.batch_size), batch_format="pyarrow",
+            compute=_actor_pool(self.ray.data, self.plan.workers, calls_per_actor(self.gpus, engine.batch_size)),
+            num_gpus=self.gpus, num_cpus=self._actor_cpus(),
+            fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
+                                   "decode": self.opts.decode, "describe": True, "read": self.read,
+                                   "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
+        for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
+            yield from table.to_pylist()
+
+    @property
+    def read(self) -> dict[str, Any]:
+        """decode_batch's keywords: the run's columns, and the folder relative paths start from."""
+        cols, folders = self.cols, {os.path.dirname(os.path.abspath(f)) for f in self.files}
+        return {"id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
+                "passthrough": list(cols.passthrough), "prompt_column": cols.prompt,
+                "base_dir": folders.pop() if len(folders) == 1 else None}  # fmt: skip
+
+    def decoded(self, decode: bool) -> Any:
+        """The rows to do, cut into actor calls, and (`decode`) decoded by CPU tasks: a Dataset of
+        decode_batch's columns (raw rows without `decode`). benchmarks/ray_stages.py times it alone."""
         src, cols = self.opts.source, self.cols
-        folders = {os.path.dirname(os.path.abspath(f)) for f in self.files}
         data = self.ray.data
         context = data.DataContext.get_current()
         if hasattr(context, "use_datasource_v2"):
@@ -234,10 +260,7 @@ class _Stages:
                                 concurrency=tasks, fn_kwargs={"id_column": cols.id, "skip": self.skip,
                                                               "num_shards": src.num_shards,
                                                               "shard_index": src.shard_index})  # fmt: skip
-        engine = self.opts.engine
-        device = "cuda" if self.gpus else "cpu"  # Ray gives a GPU actor its GPU as cuda:0
-        rows = rows_per_call(self.gpus, engine.batch_size)
-        calls = calls_per_actor(self.gpus, engine.batch_size)
+        rows = rows_per_call(self.gpus, self.opts.engine.batch_size)
         try:
             # One block, one actor call: Ray Data returns a task's records only when its whole input
             # block is done, and a Parquet row group is one block (thousands of rows, on one actor).
@@ -245,23 +268,10 @@ class _Stages:
             ds = ds.repartition(target_num_rows_per_block=rows)
         except TypeError:
             pass
-        read = {"id_column": cols.id, "audio_column": cols.audio, "text_column": cols.text,
-                "passthrough": list(cols.passthrough), "prompt_column": cols.prompt,
-                "base_dir": folders.pop() if len(folders) == 1 else None}  # fmt: skip
-        # A CPU actor decodes its rows on its call threads: decode tasks there cost more (their
-        # Python workers, the samples through the object store) than the decoding they take off it.
-        if self.gpus:
-            ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks, fn_kwargs=read)
-        ds = ds.map_batches(
-            # Arrow batches: the samples reach the engine as views of the block, not copies (actor.py)
-            Transcribe, batch_size=rows, batch_format="pyarrow",
-            compute=_actor_pool(data, self.plan.workers, calls), num_gpus=self.gpus,
-            num_cpus=self._actor_cpus(),
-            fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
-                                   "decode": self.opts.decode, "describe": True, "read": read,
-                                   "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
-        for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
-            yield from table.to_pylist()
+        if decode:
+            ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=DECODE_CPUS, concurrency=tasks,
+                                fn_kwargs=self.read)  # fmt: skip
+        return ds
 
     def _actor_cpus(self) -> float:
         return GPU_ACTOR_CPUS if self.gpus else CPU_ACTOR_CPUS
