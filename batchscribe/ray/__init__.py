@@ -23,9 +23,12 @@ A complete example (runs as it is on a laptop; on a cluster, `ray.init("auto")`)
     ds = ds.map_batches(decode_batch, batch_size=rows, num_cpus=0.25, fn_kwargs={"text_column": "text"})
     # One engine per actor, the model loaded once per actor: one GPU each, or half a CPU each on
     # a CPU-only machine (whole CPUs for every actor would leave none for the read and decode tasks).
-    # Two calls at once feed the actor's one engine stream, so it never drains between calls.
-    pool = ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=2, max_concurrent_calls_per_actor=2,
-                                      enable_true_multi_threading=True)
+    # Several calls at once feed the actor's one engine stream, so it never drains between calls:
+    # a call's rows come back only when its slowest row is done, and the other calls' rows must
+    # fill the slots meanwhile (with 2 calls of 256 rows a GPU actor ran at half the engine's rate).
+    calls = 6  # driver.py's calls_per_actor for calls of a slots' worth of rows
+    pool = ray.data.ActorPoolStrategy(size=2, max_tasks_in_flight_per_actor=calls,
+                                      max_concurrent_calls_per_actor=calls, enable_true_multi_threading=True)
     ds = ds.map_batches(Transcribe, fn_constructor_kwargs={"model": "tiny.en"}, batch_size=rows, compute=pool,
                         num_gpus=gpus, num_cpus=1 if gpus else 0.5)
     for row in ds.iter_rows():  # id, text, error (None when ok), record (the verbose_json record)

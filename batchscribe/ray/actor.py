@@ -92,10 +92,10 @@ class Transcribe:
 
     The constructor (run once per actor) loads `api.Transcriber(model, **options)`; each call
     adds its batch to the actor's one engine stream (ray/feed.py) and returns one record per row.
-    Calls may run at once (`compute=ActorPoolStrategy(size=N, max_concurrent_calls_per_actor=2,
-    enable_true_multi_threading=True)`, as `batchscribe run --ray` asks): the next batch then fills
-    the slots while this one's last windows finish, instead of the engine draining at the end of
-    every call.
+    Calls may run at once (`compute=ActorPoolStrategy(size=N, max_concurrent_calls_per_actor=6,
+    enable_true_multi_threading=True)`, as `batchscribe run --ray` asks on a GPU: driver.py's
+    `calls_per_actor`): the later batches then fill the slots while this one's last windows
+    finish, instead of the engine draining at the end of every call.
     `describe=True` adds a `describe` column (the engine's resolved identity, as JSON), which the
     `batchscribe run --ray` driver checks against the folder before committing anything.
     """

@@ -53,6 +53,8 @@ DECODE_CPUS, CPU_ACTOR_CPUS, GPU_ACTOR_CPUS = 0.25, 0.5, 1.0
 # memory up to the cap; where a large model's do not reach it, the rows beyond wait in the actor).
 # A CPU actor's are the engine's CPU_SLOTS.
 GPU_SLOTS = CUDA_SLOT_CAP
+# How many times over the rows of an actor's other calls cover its slots (calls_per_actor).
+HELD_CALL_COVER = 5
 
 
 @dataclass(frozen=True)
@@ -288,11 +290,15 @@ def rows_per_call(gpus: int, batch_size: int | None) -> int:
 
 
 def calls_per_actor(gpus: int, batch_size: int | None) -> int:
-    """Calls running at once on an actor: enough that their rows cover the engine's slots, and
-    one more, so the slots stay full while a call's last windows finish (a call's rows come back
-    only when all are done) and the next call's rows are already there."""
-    slots = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS)
-    return -(-slots // rows_per_call(gpus, batch_size)) + 1
+    """Calls running at once on an actor. A call's rows come back only when its slowest row is
+    done; meanwhile its finished rows' slots are refilled from the later calls' rows. So the rows
+    of the calls beside the oldest must cover the slots `HELD_CALL_COVER` times over, or the engine
+    steps half-empty slots while the oldest call waits on its last row (measured on one GPU: 2
+    calls of 256 rows ran the actor at half the engine's rate, 6 within 8 %; docs/GPU_NOTES.md).
+    A one-row call has no slowest row to wait on: its rows only need to cover the slots once."""
+    slots, rows = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS), rows_per_call(gpus, batch_size)
+    cover = 1 if rows == 1 else HELD_CALL_COVER
+    return -(-cover * slots // rows) + 1
 
 
 def _actor_pool(data: Any, workers: int, calls: int = 2) -> Any:

@@ -4,8 +4,8 @@ Ray Data hands an actor one batch per call. Transcribing each batch as its own s
 engine at the end of every call: its last windows run on a few slots while the rest stand empty,
 and the next batch waits for the slowest item of this one. Here the actor's engine runs one
 stream for the actor's whole life on its own thread; each call adds its rows and waits for their
-records, so with two calls running at once (the driver asks Ray for that) the next batch's rows
-fill the slots while this batch's last windows finish.
+records, so with several calls running at once (the driver asks Ray for that: driver.py's
+`calls_per_actor`) the later batches' rows fill the slots while this batch's last windows finish.
 
 The stream's source is this object. It returns None ("nothing ready yet", which the scheduler
 answers by stepping what it has) while rows it handed out are unfinished, and blocks only when
