@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from batchscribe.audio.sources.files import (
-    AUDIO_EXTENSIONS, MANIFEST_EXTENSIONS, audio_file_item, csv_rows, jsonl_rows, read_audio_folder,
+    AUDIO_EXTENSIONS, CSV, JSONL, MANIFEST_EXTENSIONS, audio_file_item, read_audio_folder,
     read_manifest, walk_audio,
 )
 from batchscribe.audio.sources.hf_datasets import read_dataset_disk, read_dataset_hub
@@ -85,9 +85,9 @@ def _plan_file(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceI
     if suffix == ".parquet":
         return lambda: read_parquet(path, opts)
     if suffix == ".jsonl":
-        return lambda: read_manifest(path, jsonl_rows, opts)
+        return lambda: read_manifest(path, JSONL, opts)
     if suffix in (".csv", ".tsv"):
-        return lambda: read_manifest(path, csv_rows, opts)
+        return lambda: read_manifest(path, CSV, opts)
     if suffix in AUDIO_EXTENSIONS:
         _no_passthrough(path, opts)
         return lambda: iter([audio_file_item(path, path.stem)])
@@ -109,8 +109,8 @@ def _plan_dir(path: Path, opts: SourceOptions) -> Callable[[], Iterator[SourceIt
     for name in ("metadata.jsonl", "metadata.csv"):
         manifest = path / name
         if manifest.is_file():  # the audiofolder convention: the manifest says what the folder holds
-            rows = jsonl_rows if name.endswith(".jsonl") else csv_rows
-            return lambda: read_manifest(manifest, rows, opts, audiofolder=True)
+            fmt = JSONL if name.endswith(".jsonl") else CSV
+            return lambda: read_manifest(manifest, fmt, opts, audiofolder=True)
     if next(walk_audio(path, opts.exclude), None) is None:
         n_files = sum(1 for p in path.rglob("*") if p.is_file())
         raise SourceError(

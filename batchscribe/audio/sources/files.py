@@ -82,33 +82,46 @@ def csv_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield reader.line_num, row
 
 
-def read_manifest(
-    path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]], opts: SourceOptions,
-    audiofolder: bool = False,
-) -> Iterator[SourceItem]:
-    """The items of a text manifest, `rows(path)` its numbered rows (jsonl_rows, csv_rows). Every
+Rows = Callable[[Path], Iterator[tuple[int, dict[str, Any]]]]  # a manifest's numbered rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ManifestFormat:
+    """How a text manifest is read: its numbered rows, and its columns."""
+
+    rows: Rows
+    columns: Callable[[Path], list[str]]
+
+
+def _header(path: Path) -> list[str]:
+    """A CSV's columns: its header, read without a pass over the rows."""
+    return list(_csv_reader(path).fieldnames or ())
+
+
+def _every_key(path: Path) -> list[str]:
+    """A JSONL's columns: every row's keys (a row may leave out a column others have: its cell is
+    then null, as `datasets`' JSON loader reads it; a column no row has is refused). A pass of its own."""
+    return list(dict.fromkeys(key for _, row in jsonl_rows(path) for key in row))
+
+
+JSONL, CSV = ManifestFormat(jsonl_rows, _every_key), ManifestFormat(csv_rows, _header)
+
+
+def read_manifest(path: Path, fmt: ManifestFormat, opts: SourceOptions, audiofolder: bool = False) -> Iterator[SourceItem]:
+    """The items of a text manifest read as `fmt` (JSONL or CSV, which covers TSV). Every
     line is checked before the first item comes out, so a bad line is a usage error before the
     model loads and anything is written: found mid-run, it stopped the run with part of it
     committed, and fixing the line then changed the input the output folder was pinned to.
     `audiofolder`: the manifest is the `metadata.*` of a folder given as the input, whose audio
     files it does not list are not transcribed: a warning counts them."""
-    available = _columns(path, rows)
+    available = fmt.columns(path)
     listed: set[str] = set()
-    for item in _manifest_items(path, rows(path), opts, available, note=False):
+    for item in _manifest_items(path, fmt.rows(path), opts, available, note=False):
         if audiofolder and item.path:
             listed.add(os.path.realpath(item.path))
     if audiofolder:
         _warn_unlisted(path, listed, opts.exclude)
-    yield from _manifest_items(path, rows(path), opts, available)
-
-
-def _columns(path: Path, rows: Callable[[Path], Iterator[tuple[int, dict[str, Any]]]]) -> list[str]:
-    """The manifest's columns: a CSV's header, or every JSONL row's keys (a JSONL row may leave out
-    a column others have: its cell is then null, as `datasets`' JSON loader reads it; a column no
-    row has is refused). Only JSONL needs a pass of its own over the file."""
-    if rows is csv_rows:
-        return list(_csv_reader(path).fieldnames or ())
-    return list(dict.fromkeys(key for _, row in rows(path) for key in row))
+    yield from _manifest_items(path, fmt.rows(path), opts, available)
 
 
 _UNLISTED_AT_MOST = 100_000  # audio files walked to find unlisted ones: past that, the walk costs seconds
