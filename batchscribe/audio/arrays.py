@@ -15,7 +15,7 @@ from collections.abc import Mapping
 import numpy as np
 import soxr
 
-from batchscribe.audio.decode.base import AudioDecodeError
+from batchscribe.audio.decode.base import AudioDecodeError, count_nonfinite
 from batchscribe.audio.decode.read import decode_audio
 from batchscribe.constants import SAMPLE_RATE
 
@@ -85,13 +85,11 @@ def check_rate(sample_rate: object, item_id: str | None = None) -> None:
 def check_finite(item_id: str, audio: np.ndarray) -> None:
     """Refuse NaN or Inf samples (the model would turn them into a confident nonsense transcript).
     A data error, not a usage one: AudioDecodeError, which a stream makes the item's error record.
-    One BLAS pass in the common case (NaN and Inf carry through a sum of squares); the samples are
-    counted only when that sum is not finite, which loud float16 audio can also cause."""
-    if audio.size and not np.isfinite(np.dot(audio, audio)):
-        bad = int(audio.size - np.count_nonzero(np.isfinite(audio)))
-        if bad:
-            raise AudioDecodeError(f"audio for {item_id!r} has {bad} NaN or Inf samples; replace them, "
-                                   "e.g. np.nan_to_num(audio)")  # fmt: skip
+    One BLAS pass in the common case (count_nonfinite)."""
+    bad = count_nonfinite(audio)
+    if bad:
+        raise AudioDecodeError(f"audio for {item_id!r} has {bad} NaN or Inf samples; replace them, "
+                               "e.g. np.nan_to_num(audio)")  # fmt: skip
 
 
 def check_array(item_id: str, audio: np.ndarray) -> None:

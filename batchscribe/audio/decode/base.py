@@ -19,6 +19,16 @@ class AudioDecodeError(ValueError):
     """Audio that cannot be turned into samples; the message names the problem and the fix."""
 
 
+def count_nonfinite(samples: np.ndarray) -> int:
+    """NaN and Inf values in `samples` (any shape). One BLAS pass in the common case, since NaN
+    and Inf carry through a sum of squares; the values are counted only when that sum is not
+    finite, which loud float audio (finite, but squares past float32's range) can also cause."""
+    flat = samples.reshape(-1)
+    if not flat.size or np.isfinite(np.dot(flat, flat)):
+        return 0
+    return int(flat.size - np.count_nonzero(np.isfinite(flat)))
+
+
 @dataclass(frozen=True)
 class DecodedAudio:
     samples: np.ndarray  # [n_samples] float32, mono, at sample_rate; caller memory with `allocate`

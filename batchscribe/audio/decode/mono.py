@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
-from batchscribe.audio.decode.base import Allocate, AudioDecodeError, DecodedAudio, DecoderName
+from batchscribe.audio.decode.base import Allocate, AudioDecodeError, DecodedAudio, DecoderName, count_nonfinite
 
 
 def to_mono(
@@ -18,9 +18,8 @@ def to_mono(
             f"{label}: decoded 0 samples (the file is well formed but holds no audio); "
             "drop this item or fix its source"
         )
-    finite = np.isfinite(frames)
-    if not finite.all():
-        bad = int(frames.size - np.count_nonzero(finite))
+    bad = count_nonfinite(frames)
+    if bad:
         raise AudioDecodeError(
             f"{label}: {bad} of {frames.size} samples are NaN or Inf (a float file with invalid "
             "values); re-export the source audio with valid samples"
@@ -31,9 +30,10 @@ def to_mono(
     mono = np.ascontiguousarray(mono, dtype=np.float32)
     if rate != sample_rate:
         mono = soxr.resample(mono, rate, sample_rate, quality="HQ").astype(np.float32, copy=False)
-    if not np.isfinite(mono).all():
+    if (channels != 1 or rate != sample_rate) and count_nonfinite(mono):
         # Finite but huge float samples (a corrupt float file) overflow float32 when channels
-        # are averaged or resampled; the model must never see NaN or Inf.
+        # are averaged or resampled; the model must never see NaN or Inf. Untouched samples were
+        # checked above.
         peak = float(np.max(np.abs(frames)))
         raise AudioDecodeError(
             f"{label}: samples up to {peak:.3g} in magnitude overflow to NaN/Inf when mixed to mono "

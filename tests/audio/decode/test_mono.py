@@ -29,6 +29,22 @@ def test_non_finite_samples_are_rejected(bad: float) -> None:
         decode_audio(wav_bytes(samples, RATE, "FLOAT"))
 
 
+@pytest.mark.parametrize(("channels", "rate"), [(2, RATE), (1, 22_050)])
+def test_finite_samples_that_overflow_when_mixed_or_resampled_are_rejected(channels: int, rate: int) -> None:
+    """A float file of finite but huge values (3e38, near float32's largest): averaging two
+    channels, or resampling, overflows to Inf, which the model must never see."""
+    samples = np.full((rate // 10, channels), 3e38, np.float32)
+    with pytest.raises(AudioDecodeError, match="overflow to NaN/Inf when mixed to mono or resampled"):
+        decode_audio(wav_bytes(samples, rate, "FLOAT"))
+
+
+def test_huge_finite_samples_pass_when_nothing_mixes_or_resamples_them() -> None:
+    """Untouched (mono, 16 kHz), the same samples stay finite, and their overflowing sum of squares
+    is not mistaken for NaN or Inf."""
+    samples = np.full((1_600, 1), 3e38, np.float32)
+    np.testing.assert_array_equal(decode_audio(wav_bytes(samples, RATE, "FLOAT")), samples[:, 0])
+
+
 def test_zero_duration_results() -> None:
     with pytest.raises(AudioDecodeError, match="decoded 0 samples"):
         decode_audio(wav_bytes(np.zeros((0, 1), np.float32), RATE, "PCM_16"))
