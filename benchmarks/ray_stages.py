@@ -68,7 +68,8 @@ def main() -> None:
         ray.init(num_cpus=args.cpus, num_gpus=1 if args.device == "cuda" else 0, include_dashboard=False,
                  logging_level=logging.WARNING, log_to_driver=False)  # fmt: skip
         driver.import_ray()  # its log and warning filters, as in a run
-        stages = driver._Stages(ray, [str(rows)], driver._columns([str(rows)], opts), opts, driver.RayPlan(), frozenset())
+        cols = driver._columns([str(rows)], opts)
+        stages = driver._Stages(ray, [str(rows)], cols, opts, driver.RayPlan(), frozenset())
         print(f"hardware: {hardware()}; commit {commit()}; {args.rows} rows x{args.replicate}; Ray {ray.__version__}, "
               f"{args.cpus} CPUs; driver default per GPU actor: {driver.rows_per_call(1, None)} rows x "
               f"{driver.calls_per_actor(1, None)} calls", flush=True)  # fmt: skip

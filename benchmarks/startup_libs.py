@@ -49,7 +49,8 @@ def main() -> None:
 
     steps = [
         ("CUDA context", lambda: torch.empty(1, device=dev)),
-        ("cuBLAS (half GEMM)", lambda: torch.zeros(8, d, device=dev, dtype=half) @ torch.zeros(d, 8, device=dev, dtype=half)),
+        ("cuBLAS (half GEMM)", lambda: torch.zeros(8, d, device=dev, dtype=half)
+                                       @ torch.zeros(d, 8, device=dev, dtype=half)),
         ("cuFFT (stft)", lambda: torch.stft(torch.zeros(1, 1600, device=dev), 400, 160,
                                             window=torch.hann_window(400, device=dev), return_complex=True)),
         ("cuDNN (conv1d)", lambda: F.conv1d(torch.zeros(1, mels, 16, device=dev, dtype=half),

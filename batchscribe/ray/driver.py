@@ -293,9 +293,9 @@ def calls_per_actor(gpus: int, batch_size: int | None) -> int:
     """Calls running at once on an actor. A call's rows come back only when its slowest row is
     done; meanwhile its finished rows' slots are refilled from the later calls' rows. So the rows
     of the calls beside the oldest must cover the slots `HELD_CALL_COVER` times over, or the engine
-    steps half-empty slots while the oldest call waits on its last row (measured on one GPU: 2
-    calls of 256 rows ran the actor at half the engine's rate, 6 within 8 %; docs/GPU_NOTES.md).
-    A one-row call has no slowest row to wait on: its rows only need to cover the slots once."""
+    steps half-empty slots while the oldest call waits on its last row (benchmarks/ray_stages.py;
+    docs/GPU_NOTES.md). A one-row call has no slowest row to wait on: its rows need to cover the
+    slots once."""
     slots, rows = batch_size or (GPU_SLOTS if gpus else CPU_SLOTS), rows_per_call(gpus, batch_size)
     cover = 1 if rows == 1 else HELD_CALL_COVER
     return -(-cover * slots // rows) + 1

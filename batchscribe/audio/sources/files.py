@@ -107,7 +107,8 @@ def _every_key(path: Path) -> list[str]:
 JSONL, CSV = ManifestFormat(jsonl_rows, _every_key), ManifestFormat(csv_rows, _header)
 
 
-def read_manifest(path: Path, fmt: ManifestFormat, opts: SourceOptions, audiofolder: bool = False) -> Iterator[SourceItem]:
+def read_manifest(path: Path, fmt: ManifestFormat, opts: SourceOptions,
+                  audiofolder: bool = False) -> Iterator[SourceItem]:  # fmt: skip
     """The items of a text manifest read as `fmt` (JSONL or CSV, which covers TSV). Every
     line is checked before the first item comes out, so a bad line is a usage error before the
     model loads and anything is written: found mid-run, it stopped the run with part of it
