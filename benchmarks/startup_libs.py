@@ -6,10 +6,10 @@ other in this process, each synchronised, so each line is that library's own loa
                                                   after boot also reads the libraries from disk)
     FLASHINFER_CUDA_ARCH_LIST=9.0 python benchmarks/startup_libs.py
 
-Steps: import torch; CUDA's context; cuBLAS (a half GEMM); cuFFT (the log-mel STFT); cuDNN (the
-encoder's conv1d); SDPA; Triton (import, then the fused encoder's add_norm kernel: a build, or a
-load from Triton's cache); FlashInfer's import (it reads every device's capability at import
-unless FLASHINFER_CUDA_ARCH_LIST is set). Steps after a failed one still run.
+Steps: import torch; CUDA's context; Prewarm's own calls (`prewarm.library_steps`: cuBLAS, cuFFT,
+cuDNN, SDPA, then, after `import triton`, the fused encoder's add_norm kernel: a build, or a load
+from Triton's cache), at tiny.en's shapes in float16; FlashInfer's import (it reads every device's
+capability at import unless FLASHINFER_CUDA_ARCH_LIST is set). Steps after a failed one still run.
 """
 
 from __future__ import annotations
@@ -27,39 +27,23 @@ IMPORT_TORCH = time.perf_counter() - T0
 
 
 def main() -> None:
-    import torch.nn.functional as F
+    from batchscribe.engine.prewarm import library_steps
+    from batchscribe.model.dims import ModelDims
 
     print(f"torch {torch.__version__}; FLASHINFER_CUDA_ARCH_LIST={os.environ.get('FLASHINFER_CUDA_ARCH_LIST')}")
     print(f"{'import torch':<34} {IMPORT_TORCH:6.3f} s")
     if not torch.cuda.is_available():
         print("no CUDA here: nothing more to time")
         return
-    dev, half = torch.device("cuda"), torch.float16
-    d, mels, heads = 384, 80, 6  # tiny.en's encoder
-
-    def sdpa() -> None:
-        q = torch.zeros(1, heads, 16, d // heads, device=dev, dtype=half)  # [B, H, T, hd]
-        F.scaled_dot_product_attention(q, q, q)
-
-    def triton_kernel() -> None:
-        from batchscribe.model import encoder_triton
-
-        x = torch.zeros(8, d, device=dev, dtype=half)
-        encoder_triton.add_norm(x, None, None, torch.nn.LayerNorm(d, device=dev, dtype=half), fp8=False)
-
-    steps = [
-        ("CUDA context", lambda: torch.empty(1, device=dev)),
-        ("cuBLAS (half GEMM)", lambda: torch.zeros(8, d, device=dev, dtype=half)
-                                       @ torch.zeros(d, 8, device=dev, dtype=half)),
-        ("cuFFT (stft)", lambda: torch.stft(torch.zeros(1, 1600, device=dev), 400, 160,
-                                            window=torch.hann_window(400, device=dev), return_complex=True)),
-        ("cuDNN (conv1d)", lambda: F.conv1d(torch.zeros(1, mels, 16, device=dev, dtype=half),
-                                            torch.zeros(d, mels, 3, device=dev, dtype=half), padding=1)),
-        ("SDPA", sdpa),
-        ("import triton", lambda: __import__("triton")),
-        ("Triton add_norm kernel", triton_kernel),
-        ("import flashinfer", lambda: __import__("flashinfer")),
-    ]  # fmt: skip
+    dev = torch.device("cuda")
+    tiny = ModelDims(n_mels=80, n_vocab=51864, n_audio_ctx=1500, n_audio_state=384, n_audio_head=6, n_audio_layer=4,
+                     n_text_ctx=448, n_text_state=384, n_text_head=6, n_text_layer=4)  # fmt: skip
+    prewarm = library_steps(dev, torch.float16, tiny, fused=True)  # Prewarm's own calls, in its order
+    libraries = [step for step in prewarm if not step[0].startswith("Triton")]
+    kernels = [step for step in prewarm if step[0].startswith("Triton")]  # none where Triton is missing
+    steps = [("CUDA context", lambda: torch.empty(1, device=dev)), *libraries,
+             ("import triton", lambda: __import__("triton")), *kernels,
+             ("import flashinfer", lambda: __import__("flashinfer"))]  # fmt: skip
     total = 0.0
     for name, step in steps:
         t = time.perf_counter()

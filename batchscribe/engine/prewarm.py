@@ -11,6 +11,7 @@ is left for the real warm-up to raise, with its own context.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -45,17 +46,35 @@ class Prewarm:
             pass
 
 
-def _touch_libraries(device: torch.device, dtype: torch.dtype, dims: ModelDims, fused: bool) -> None:
+def library_steps(device: torch.device, dtype: torch.dtype, dims: ModelDims,
+                  fused: bool) -> list[tuple[str, Callable[[], object]]]:  # fmt: skip
+    """Each library's first use, in order, as (name, call): cuBLAS, cuFFT, cuDNN, SDPA, and Triton
+    for the fused encoder. benchmarks/startup_libs.py times them one by one."""
     d, heads = dims.n_audio_state, dims.n_audio_head
     x = torch.zeros(8, d, device=device, dtype=dtype)  # [8, d]
-    x @ x.t()  # cuBLAS
-    window = torch.hann_window(N_FFT, device=device)
-    torch.stft(torch.zeros(1, 4 * N_FFT, device=device), N_FFT, HOP_LENGTH, window=window, return_complex=True)  # cuFFT
-    F.conv1d(torch.zeros(1, dims.n_mels, 16, device=device, dtype=dtype),
-             torch.zeros(d, dims.n_mels, 3, device=device, dtype=dtype), padding=1)  # cuDNN  # fmt: skip
-    q = torch.zeros(1, heads, 16, d // heads, device=device, dtype=dtype)  # [B, H, T, hd]
-    F.scaled_dot_product_attention(q, q, q)
+
+    def cufft() -> object:
+        window = torch.hann_window(N_FFT, device=device)
+        return torch.stft(torch.zeros(1, 4 * N_FFT, device=device), N_FFT, HOP_LENGTH, window=window, return_complex=True)
+
+    def cudnn() -> object:
+        return F.conv1d(torch.zeros(1, dims.n_mels, 16, device=device, dtype=dtype),
+                        torch.zeros(d, dims.n_mels, 3, device=device, dtype=dtype), padding=1)  # fmt: skip
+
+    def sdpa() -> object:
+        q = torch.zeros(1, heads, 16, d // heads, device=device, dtype=dtype)  # [B, H, T, hd]
+        return F.scaled_dot_product_attention(q, q, q)
+
+    def triton() -> object:  # Triton's own start-up, then this kernel
+        return encoder_triton.add_norm(x, None, None, torch.nn.LayerNorm(d, device=device, dtype=dtype), fp8=False)
+
+    steps = [("cuBLAS (GEMM)", lambda: x @ x.t()), ("cuFFT (stft)", cufft), ("cuDNN (conv1d)", cudnn), ("SDPA", sdpa)]
     if fused and encoder_triton.triton_available():
-        norm = torch.nn.LayerNorm(d, device=device, dtype=dtype)
-        encoder_triton.add_norm(x, None, None, norm, fp8=False)  # Triton's own start-up, then this kernel
+        steps.append(("Triton (add_norm)", triton))
+    return steps
+
+
+def _touch_libraries(device: torch.device, dtype: torch.dtype, dims: ModelDims, fused: bool) -> None:
+    for _, step in library_steps(device, dtype, dims, fused):
+        step()
     torch.cuda.synchronize(device)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from batchscribe.config import EngineOptions
-from batchscribe.engine.prewarm import Prewarm, _touch_libraries
+from batchscribe.engine.prewarm import Prewarm, _touch_libraries, library_steps
 from batchscribe.engine.setup import resolve_engine
 from batchscribe.model.dims import ModelDims
 from tests.marks import gpu
@@ -20,6 +20,17 @@ def test_on_the_cpu_no_thread_is_started() -> None:
     assert warm.thread is None
     warm.join()  # joining nothing is fine, and so is joining twice
     warm.join()
+
+
+def test_each_library_step_runs_on_the_cpu_too() -> None:
+    """The steps (which benchmarks/startup_libs.py times one by one) are plain torch calls: on the
+    CPU all but Triton's run, and give the shapes the model's layers would."""
+    steps = dict(library_steps(torch.device("cpu"), torch.float32, TINY, fused=False))
+    assert list(steps) == ["cuBLAS (GEMM)", "cuFFT (stft)", "cuDNN (conv1d)", "SDPA"]
+    assert steps["cuBLAS (GEMM)"]().shape == (8, 8)
+    assert steps["cuDNN (conv1d)"]().shape == (1, TINY.n_audio_state, 16)
+    assert steps["SDPA"]().shape == (1, TINY.n_audio_head, 16, TINY.n_audio_state // TINY.n_audio_head)
+    assert steps["cuFFT (stft)"]().is_complex()
 
 
 @pytest.mark.gpu
