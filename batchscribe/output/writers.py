@@ -28,7 +28,7 @@ from batchscribe.output.formats import (
     encode_shard,
     join_jsonl,
     json_document,
-    jsonl_line,
+    jsonl_bytes,
     read_shard,
 )
 
@@ -157,7 +157,7 @@ class ShardWriter:
         self._clock = clock
         self.words = words
         self._buffer: list[dict[str, Any]] = []
-        self._lines: list[str] = []  # JSONL: each buffered record, encoded
+        self._lines: list[bytes] = []  # JSONL: each buffered record, encoded
         self._first_at = 0.0
         self._lock = threading.Lock()
         self._types: dict[str, Any] = {}  # Parquet passthrough column types seen so far
@@ -166,7 +166,7 @@ class ShardWriter:
     def add(self, record: dict[str, Any]) -> None:
         if "id" not in record:
             raise ValueError(f"record without an 'id' cannot be written: {record!r:.120}")
-        line = jsonl_line(record) if self.fmt == "jsonl" else None  # outside the lock: may raise
+        line = jsonl_bytes(record) if self.fmt == "jsonl" else None  # outside the lock: may raise
         with self._lock:
             if not self._buffer:
                 self._first_at = self._clock()

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.audio import TranscriptionVerbose
 
 from batchscribe.output import formats
@@ -39,12 +41,50 @@ def test_jsonl_is_one_json_object_per_line(tmp_path: Path) -> None:
     (tmp_path / "x.jsonl").write_bytes(formats.encode_jsonl([rec, error_record(1)]))
     lines = (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 2
-    finite = ok_record(2) | {"text_ja": "日本語", "pair": (1, 2.5)}  # encoded without the NaN walk: the same bytes
-    assert formats.jsonl_line(finite) == json.dumps(formats._finite(finite), ensure_ascii=False)
+    finite = ok_record(2) | {"text_ja": "日本語", "pair": (1, 2.5)}
+    assert json.loads(formats.jsonl_line(finite)) == json.loads(json.dumps(finite, ensure_ascii=False))
+    assert "\n" not in formats.jsonl_line(finite) and "日本語" in formats.jsonl_line(finite)  # UTF-8, not \u escapes
     first = json.loads(lines[0])  # strict: NaN would not parse under allow_nan=False consumers
     assert first["score"] == 0.5 and first["n"] == 3 and first["nan"] is None
     assert first["text_ja"] == "日本語"
     json.loads(lines[1], parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=True, allow_infinity=True), st.integers(-(2**63), 2**63 - 1), st.text())
+def test_jsonl_values_equal_the_json_modules(x: float, n: int, text: str) -> None:
+    """orjson's line reads back as the json module's does: every finite float exactly, NaN and
+    infinity as null, integers and any text (the json module is the reference)."""
+    record = {"id": text, "x": x, "n": n, "words": [{"word": text, "start": x, "end": x}]}
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: no UTF-8 line can hold them, with either encoder
+        with pytest.raises(UnicodeEncodeError):
+            formats.jsonl_line(record)
+        return
+    expected = json.loads(json.dumps(formats._finite(record), ensure_ascii=False))
+    assert json.loads(formats.jsonl_line(record)) == expected
+
+
+def test_jsonl_takes_what_orjson_refuses_the_json_modules_way() -> None:
+    """Passthrough values orjson writes differently or refuses: dates as isoformat, bytes and paths
+    through `_json_default`, integer dict keys and integers past 64 bits as the json module writes
+    them; a type nobody can write raises the same TypeError."""
+    import dataclasses
+    from datetime import date, datetime
+
+    record = {"id": "a", "when": datetime(2026, 12, 5, 1, 2, 3), "day": date(2026, 12, 5), "blob": b"xyz",
+              "path": Path("a/b.flac"), "big": 2**70, "by_year": {2024: "x"}, "f16": np.float16(0.5)}
+    back = json.loads(formats.jsonl_line(record))
+    assert back == {"id": "a", "when": "2026-12-05T01:02:03", "day": "2026-12-05", "blob": "<3 bytes>",
+                    "path": "a/b.flac", "big": 2**70, "by_year": {"2024": "x"}, "f16": 0.5}
+
+    @dataclasses.dataclass
+    class Opaque:
+        x: int
+
+    with pytest.raises(TypeError, match="Opaque is not JSON serialisable"):
+        formats.jsonl_line({"id": "b", "o": Opaque(1)})
 
 
 def test_parquet_schema_is_fixed_across_shards(tmp_path: Path) -> None:

@@ -96,9 +96,9 @@ def test_summary_and_versions(tmp_path: Path) -> None:
     assert os.path.basename(path) == "summary.json"
 
 
-def test_jsonl_encoded_on_arrival_equals_json_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Records are encoded as they are added (off the shard's commit), and the shard is exactly the
-    json module's lines; a record that cannot be encoded is refused at add() and leaves the buffer
+def test_jsonl_encoded_on_arrival_reads_as_the_json_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records are encoded as they are added (off the shard's commit), and the shard's lines read
+    back as the json module's; a record that cannot be encoded is refused at add() and leaves the buffer
     as it was; a failed commit keeps records and lines together for the retry."""
     w = ShardWriter(tmp_path, "jsonl", shard_size=3)
     w.add(ok_record(0))
@@ -114,4 +114,4 @@ def test_jsonl_encoded_on_arrival_equals_json_module(tmp_path: Path, monkeypatch
     w.flush()
     expected = [ok_record(0), {**nan, "duration": None}, ok_record(3)]
     text = (tmp_path / "records-00000.jsonl").read_text(encoding="utf-8")
-    assert text == "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in expected)
+    assert text.endswith("\n") and [json.loads(line) for line in text.splitlines()] == expected
