@@ -31,6 +31,7 @@ from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.windows import WindowPlanner, step_spec
+from batchscribe.heap import stream_collector
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
 from batchscribe.model_check import ModelFiles, check_language_and_task
@@ -219,19 +220,20 @@ class Transcriber:
         check_rate(sample_rate)  # a usage error: before any item is taken
         options, failed = options or self.options, deque()
         scheduler, source = self.scheduler(options), _samples(items, sample_rate, failed)
-        if not options.vad:
-            for transcript in scheduler.run(source, policy):
+        with stream_collector():  # the model, its graphs and the imports are no garbage while this runs
+            if not options.vad:
+                for transcript in scheduler.run(source, policy):
+                    yield from _drain(failed)
+                    yield transcript_record(transcript)
                 yield from _drain(failed)
-                yield transcript_record(transcript)
+                return
+            # Closed however the stream ends (a stop, an error, the caller's close): its threads end.
+            with SpeechStage(source, self.speech_detector(), self.vad_batching) as stage:
+                for transcript in scheduler.run(stage, policy):
+                    yield from _drain(failed)
+                    error = stage.finished(transcript.id)
+                    yield transcript_record(transcript) if error is None else make_error_record(transcript.id, error)
             yield from _drain(failed)
-            return
-        # Closed however the stream ends (a stop, an error, the caller's close): its threads end.
-        with SpeechStage(source, self.speech_detector(), self.vad_batching) as stage:
-            for transcript in scheduler.run(stage, policy):
-                yield from _drain(failed)
-                error = stage.finished(transcript.id)
-                yield transcript_record(transcript) if error is None else make_error_record(transcript.id, error)
-        yield from _drain(failed)
 
     def speech_detector(self) -> SpeechDetector:
         """--vad's Silero model, loaded once, on the engine's device."""

@@ -138,12 +138,14 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
     with tempfile.TemporaryDirectory() as out:
         common.sync()
         t0 = time.perf_counter()
-        with _profiled(profile_rows, config):
+        with _profiled(profile_rows, config), _collections() as gc_seconds:
             run([str(parquet)], Path(out), opts, transcriber_factory=lambda _: runner)
             common.sync()
         seconds = time.perf_counter() - t0
         records = [json.loads(line) for shard in sorted(Path(out).glob("*.jsonl")) for line in shard.read_text().splitlines()]
         hyps = {rec["id"]: rec.get("text", "") for rec in records}
+    print(f"{config}: garbage collections in the run (seconds, count) by generation:",
+          {g: (round(v[0], 3), v[1]) for g, v in sorted(gc_seconds.items())}, flush=True)  # fmt: skip
     print(f"{config}: engine host seconds by stage:", {k: round(v, 3) for k, v in sched.timings.items()},
           "admission parts:", {k: round(v, 3) for k, v in engine.timings.items()}, flush=True)  # fmt: skip
     # When, from run()'s call: the stream starts, gets its first item, first and last admits,
@@ -155,6 +157,30 @@ def ours(parquet: Path, model: str, dtype: str, slots: int | None, workers: int 
               "slots": transcriber.n_slots, "memory": common.peak_gib(), "attention": transcriber.model_info.attention}
     transcriber.release()  # free this configuration's caches and graphs before the next one
     return result
+
+
+@contextlib.contextmanager
+def _collections():
+    """{generation: [seconds, count]} of the cyclic garbage collector's runs inside the block (every
+    thread's: a collection stops them all)."""
+    import gc
+
+    found: dict[int, list] = {}
+    started: list[float] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            started.append(time.perf_counter())
+        elif started:
+            entry = found.setdefault(info["generation"], [0.0, 0])
+            entry[0] += time.perf_counter() - started.pop()
+            entry[1] += 1
+
+    gc.callbacks.append(note)
+    try:
+        yield found
+    finally:
+        gc.callbacks.remove(note)
 
 
 @contextlib.contextmanager
@@ -247,6 +273,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="every configuration with word timestamps (issue 20: their cost on W1)")
     ap.add_argument("--prompt-tokens", type=int, default=0, metavar="N",
                     help="every configuration with an N-token --initial-prompt (issue 20: a prompt's cost)")
+    ap.add_argument("--default-gc", action="store_true",
+                    help="the default garbage collector during the stream (no batchscribe.heap.stream_collector; diagnosis)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -260,6 +288,10 @@ def _diagnosis(args: argparse.Namespace) -> None:
         import faulthandler
 
         faulthandler.dump_traceback_later(args.stall_dump, exit=False)
+    if args.default_gc:
+        import batchscribe.api
+
+        batchscribe.api.stream_collector = contextlib.nullcontext
     from batchscribe.audio import pool  # light: the decoders, not torch
 
     if args.in_flight_per_worker is not None:
