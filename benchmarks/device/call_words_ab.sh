@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Device call after call_a.sh, the modules (aot_modules.sh) and stage_b.sh, carrying .stage/base:
+# another commit's tree (`rm -rf .stage/base && mkdir -p .stage/base && git archive BASE | tar -x -C
+# .stage/base`). Issue 20's cost of word timestamps before and after a change, on one machine: W1
+# (test-other x10, no peer) without and with --word-timestamps, this tree's and the base's,
+# alternated in fresh processes, ROUNDS times (default 2); this tree's words also with --default-gc.
+# Each run's whole output is in $OUT/LABEL.txt.
+#   bash benchmarks/device/call_words_ab.sh COMMIT BASE_COMMIT
+set -u
+source benchmarks/device/env.sh
+commit=$1; base=$2
+S=$HOME/stage
+export BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
+P=$PWD/../shared/data/librispeech/test-other-subset-00000-of-00001.parquet
+w1() {  # TREE COMMIT LABEL W1-ARGS...
+    local tree=$1 at=$2 label=$3; shift 3
+    (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$tree BATCHSCRIBE_COMMIT=$at \
+        timeout 90 python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append "$@") > $OUT/$label.txt 2>&1
+    echo "$label: $(grep -E "RTFx" $OUT/$label.txt | head -1 | cut -c1-80)"
+}
+for r in $(seq ${ROUNDS:-2}); do
+    w1 $PWD/.stage/base $base base_plain_$r --configs auto:auto
+    w1 $PWD $commit new_plain_$r --configs auto:auto
+    w1 $PWD/.stage/base $base base_words_$r --word-timestamps
+    w1 $PWD $commit new_words_$r --word-timestamps
+    w1 $PWD $commit new_words_default_gc_$r --word-timestamps --default-gc
+done
