@@ -99,7 +99,7 @@ class Segment:
         }  # fmt: skip
         if self.words is not None:
             # The segment's own word dicts, not copies (a tenth of a words record's cost): the
-            # engine's Segment is dropped once its record is built, and nothing changes either.
+X
             out["words"] = list(self.words)
         return out
 
