@@ -275,6 +275,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="every configuration with an N-token --initial-prompt (issue 20: a prompt's cost)")
     ap.add_argument("--default-gc", action="store_true",
                     help="the default garbage collector during the stream (no batchscribe.heap.stream_collector; diagnosis)")
+    ap.add_argument("--align-lengths", type=int, nargs="+", default=None, metavar="TOKENS",
+                    help="the alignment pass's token buckets (engine/alignment.py LENGTHS; diagnosis)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -292,6 +294,10 @@ def _diagnosis(args: argparse.Namespace) -> None:
         import batchscribe.api
 
         batchscribe.api.stream_collector = contextlib.nullcontext
+    if args.align_lengths:
+        from batchscribe.engine import alignment
+
+        alignment.LENGTHS = tuple(args.align_lengths)
     from batchscribe.audio import pool  # light: the decoders, not torch
 
     if args.in_flight_per_worker is not None:
