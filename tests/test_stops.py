@@ -15,6 +15,7 @@ from batchscribe.stops import Terminated, deferred, stop_signals
 
 @pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated),
                                                 (signal.SIGHUP, Terminated)])  # fmt: skip
+@pytest.mark.usefixtures("sighup_stops")
 def test_a_stop_outside_deferred_raises_at_once(signum: int, raised: type[BaseException]) -> None:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     after, before = [], [signal.getsignal(s) for s in handled]
