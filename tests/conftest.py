@@ -86,12 +86,15 @@ def base_dir(model_cache: Path) -> Path:
 
 
 @pytest.fixture
-def sighup_stops():
-    """SIGHUP at its default in this process (and so in the runs it starts) for the test: under
-    `nohup` it is ignored, and a run keeps an ignored SIGHUP ignored by design, so a test that
-    stops runs with SIGHUP would otherwise depend on how pytest was started."""
-    previous = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+def stops_not_ignored():
+    """SIGINT and SIGHUP at their defaults in this process (and so in the runs it starts) for the
+    test. `nohup` ignores SIGHUP and a shell's background job SIGINT; a run keeps an ignored signal
+    ignored by design, so a test that stops runs with them would otherwise depend on how pytest
+    was started."""
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGHUP: signal.signal(signal.SIGHUP, signal.SIG_DFL)}  # fmt: skip
     try:
         yield
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -12,10 +12,12 @@ import pytest
 
 from batchscribe.stops import Terminated, deferred, stop_signals
 
+# Every test here raises or sends SIGINT/SIGHUP and expects them handled, as in a terminal.
+pytestmark = pytest.mark.usefixtures("stops_not_ignored")
+
 
 @pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated),
                                                 (signal.SIGHUP, Terminated)])  # fmt: skip
-@pytest.mark.usefixtures("sighup_stops")
 def test_a_stop_outside_deferred_raises_at_once(signum: int, raised: type[BaseException]) -> None:
     handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     after, before = [], [signal.getsignal(s) for s in handled]

@@ -190,7 +190,7 @@ def _untouched_or_complete(out: Path, before: int, after: int) -> bool:
 STOPS = ((signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGHUP, True))
 
 
-@pytest.mark.usefixtures("sighup_stops")
+@pytest.mark.usefixtures("stops_not_ignored")
 def test_sigterm_and_sigint_commit_then_resume_is_exactly_once(
     clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
 ) -> None:
