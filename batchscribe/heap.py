@@ -10,7 +10,8 @@ modules, the CUDA graphs' state, every import. During a stream:
   (`gc.unfreeze()` gives them back when it ends; what died meanwhile is collected then);
 - the youngest generation is collected after STREAM_GEN0 net new containers instead: a stream's
   records are dropped once written, so most of them are gone before a collection would scan them,
-  and a cycle made meanwhile waits at most that many allocations (a few MB).
+  and a cycle made meanwhile waits at most that many allocations for its memory to come back
+  (the containers' own, a few MB, plus whatever large buffers a cycle holds).
 """
 
 from __future__ import annotations
