@@ -80,8 +80,8 @@ def jsonl_bytes(record: dict[str, Any]) -> bytes:
     return text.encode("utf-8")
 
 
-# Dates and dataclasses go through `_json_default` as with the json module (isoformat; refused),
-# not orjson's own forms.
+# Dates, times and dataclasses go to `_json_default` as they did with the json module: the same
+# isoformat for a date or datetime; a time or a dataclass refused, which orjson would write.
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 

@@ -36,6 +36,8 @@ import soundfile as sf
 
 from tests.system.runs import RUN_TIMEOUT_S, command, committed, kill_group, outcome, shards
 
+# The runs here are stopped with SIGINT and SIGHUP as from a terminal: those must not be ignored.
+pytestmark = pytest.mark.usefixtures("stops_not_ignored")
 SEEDS = (0, 1, 2, 3)
 KILLS_PER_SEED = 5  # 20 stops in all
 # Each stop's signal: SIGKILL (a crash, the OOM killer), SIGTERM to the run alone (timeout, docker
@@ -190,7 +192,6 @@ def _untouched_or_complete(out: Path, before: int, after: int) -> bool:
 STOPS = ((signal.SIGTERM, False), (signal.SIGINT, True), (signal.SIGTERM, True), (signal.SIGHUP, True))
 
 
-@pytest.mark.usefixtures("stops_not_ignored")
 def test_sigterm_and_sigint_commit_then_resume_is_exactly_once(
     clips: Path, model_cache: Path, reference: dict[str, str], tmp_path: Path
 ) -> None:
