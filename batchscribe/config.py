@@ -139,10 +139,16 @@ class EngineOptions:
     # Ray or --gpus, a resumed run or a fresh one. None: on with CUDA, where it costs nothing
     # measurable; off on the CPU, where MKL's reproducible mode costs ~15 % (docs/GPU_NOTES.md).
     batch_invariant: bool | None = None
+    # Bytes of decoded audio the scheduler may hold in the items it is transcribing (an item keeps
+    # its whole audio on the host until its last window); once they hold more, no new item is taken
+    # until one finishes. None: a quarter of this machine's memory, split among --gpus children.
+    audio_memory: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and self.batch_size < 1:
             raise ConfigError(f"batch_size={self.batch_size} must be >= 1")
+        if self.audio_memory is not None and (isinstance(self.audio_memory, bool) or self.audio_memory < 1):
+            raise ConfigError(f"audio_memory={self.audio_memory!r} must be a number of bytes >= 1, e.g. 8 << 30")
         if self.dtype not in (None, "float32", "float16", "bfloat16"):
             raise ConfigError(f"dtype={self.dtype!r}; use float32, float16 or bfloat16")
         if self.cross_kv not in ("auto", "fp8"):

@@ -283,7 +283,7 @@ def _decoded(todo: Iterator[SourceItem], opts: RunOptions, plan: _DecodePlan, ar
     """The decode pool's stream of DecodedItems, set up for the plan, feeding `n_slots` decoder
     slots. `arena`: a (Pending)PinnedArena or an `allocate`, for decode threads to decode into.
     With threads it runs ahead at once, on its own thread."""
-    from batchscribe.audio.pool import decode_stream, read_ahead
+    from batchscribe.audio.pool import DEFAULT_MAX_BUFFERED_BYTES, decode_stream, read_ahead
 
     pool_kwargs: dict[str, Any] = {"threads": plan.threads}
     if opts.workers is not None:
@@ -299,8 +299,13 @@ def _decoded(todo: Iterator[SourceItem], opts: RunOptions, plan: _DecodePlan, ar
         pool_kwargs["decoder"] = functools.partial(decode_audio, allocate=allocate)
     decoded: Iterator[Any] = decode_stream(todo, **pool_kwargs)
     if plan.threads or plan.on_cuda:
-        decoded = read_ahead(decoded, depth=max(64, n_slots))  # the engine thread only admits and steps
+        # The engine thread only admits and steps. Bytes bound it too: 256 decoded hour-long files are 59 GB.
+        decoded = read_ahead(decoded, depth=max(64, n_slots), max_bytes=DEFAULT_MAX_BUFFERED_BYTES, weigh=_audio_bytes)
     return decoded
+
+
+def _audio_bytes(decoded: Any) -> int:
+    return 0 if decoded.audio is None else decoded.audio.nbytes
 
 
 def _close(stream: Iterator[Any]) -> None:

@@ -16,13 +16,14 @@ item simply gets ordinary memory and is packed as before.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import deque
 
 import numpy as np
 import torch
+
+from batchscribe.engine.sizing import host_memory_bytes
 
 
 def to_device_async(host: torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -39,11 +40,7 @@ ARENA_RAM_FRACTION = 1 / 16  # never more than this share of the machine's memor
 
 
 def default_arena_samples() -> int:
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 16 << 30
-    return int(min(ARENA_MAX_BYTES, ram * ARENA_RAM_FRACTION)) // 4
+    return int(min(ARENA_MAX_BYTES, host_memory_bytes() * ARENA_RAM_FRACTION)) // 4
 
 
 class _Range:

@@ -35,6 +35,7 @@ import torch
 from batchscribe.engine.alignment import Alignment, PendingAlignment
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.requests import FinishedWindow
+from batchscribe.engine.sizing import host_audio_bytes
 from batchscribe.engine.windows import ItemProgress, Judged, WindowPlanner
 from batchscribe.segments import Transcript
 
@@ -50,15 +51,21 @@ class SchedulePolicy:
     # group, instead of idling once the look behind the lag is done.
     looks_before_admission: int
     compact_tail: bool = True  # compact once nothing is left to admit and it halves the rows
+    # Samples of audio the items in flight may hold before no new item is taken (None: no bound):
+    # at most this plus one item's, whatever the items' lengths.
+    max_live_samples: int | None = None
 
     @classmethod
     def for_engine(cls, engine: Engine) -> SchedulePolicy:
         """The default: on CUDA the engine's steps per look, a lag of 1 and, with graphs, two looks
         before each admission; on the CPU one step per look and no lag (looking is free there).
-        Admit when a quarter of the slots are free, so the encoder sees groups, not single windows."""
+        Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
+        The items in flight hold at most the engine's audio_memory of float32 samples."""
         cuda = engine.device.type == "cuda"
+        budget = engine.config.audio_memory or host_audio_bytes()
         return cls(check_every=engine.steps_per_look, lag=1 if cuda else 0, admit_min=max(1, engine.n_slots // 4),
-                   looks_before_admission=2 if engine.graphs is not None else 0)  # fmt: skip
+                   looks_before_admission=2 if engine.graphs is not None else 0,
+                   max_live_samples=budget // 4)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -81,6 +88,8 @@ class _Run:
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
     aligning: list[_Aligning] = field(default_factory=list)  # the last collect's, one per read
     next_key: int = 0
+    live_samples: int = 0  # the audio the live items hold
+    held_back: bool = False  # the audio budget has kept an item out (said once a stream)
 
 
 class Scheduler:
@@ -140,6 +149,9 @@ class Scheduler:
         at most one admission group ahead, so the GPU starts on the first group while the decode
         workers fill the next. Empty items finish at once."""
         while not run.exhausted and len(run.queue) < min(free, policy.admit_min):
+            if run.live and policy.max_live_samples is not None and run.live_samples >= policy.max_live_samples:
+                self._hold_back(run, policy.max_live_samples)
+                break
             t0 = time.perf_counter()
             try:
                 entry = next(run.source)  # (id, audio[, the item's prompt[, its --vad Speech]])
@@ -158,8 +170,19 @@ class Scheduler:
                 yield self.windows.transcript(item)
                 continue
             run.live[run.next_key] = item
+            run.live_samples += len(item.audio)
+            self.timings["live_samples_peak"] = max(self.timings["live_samples_peak"], run.live_samples)
             run.queue.append(run.next_key)
             run.next_key += 1
+
+    def _hold_back(self, run: _Run, budget: int) -> None:
+        """The items in flight hold the audio budget: take no new one this turn (counted; said once)."""
+        self.timings["held_back"] += 1
+        if not run.held_back:
+            run.held_back = True
+            log.warning("%d items in flight hold %.1f GB of decoded audio, the engine's budget (EngineOptions."
+                        "audio_memory, by default a quarter of this machine's memory): new items wait for one "
+                        "to finish, so fewer decoder slots may be busy", len(run.live), 4 * budget / 1e9)  # fmt: skip
 
     def _admit(self, run: _Run, policy: SchedulePolicy, free: list[int], n_rows: int) -> int | None:
         """Admit one group into the `free` slots when there are enough of them (`n_rows`: rows in
@@ -233,6 +256,7 @@ class Scheduler:
                 run.queue.append(key)
                 continue
             del run.live[key]
+            run.live_samples -= len(item.audio)
             transcript = self.windows.transcript(item)
             self.marks["last_record"] = time.perf_counter()
             clock["finish"] += self.marks["last_record"] - t0

@@ -13,7 +13,7 @@ from batchscribe.attention.registry import AttentionPlan, resolve_attention
 from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine import triton_select
 from batchscribe.engine.cpu_numerics import request_reproducible_mkl
-from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP, default_kv_buckets, slots_for_memory
+from batchscribe.engine.sizing import CPU_SLOTS, CUDA_SLOT_CAP, default_kv_buckets, host_audio_bytes, slots_for_memory
 from batchscribe.model import encoder_triton
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
@@ -53,6 +53,7 @@ class EngineConfig:
     encoder: str = "eager"
     skip_inert_rows: bool = True  # kernels that can skip rows not running do
     batch_invariant: bool = False  # EngineOptions.batch_invariant resolved: fixed shapes for every window and step
+    audio_memory: int | None = None  # EngineOptions.audio_memory resolved (bytes); None: the default
 
     @property
     def on_cuda(self) -> bool:
@@ -96,7 +97,7 @@ class EngineConfig:
 def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     """Resolve once: the device, the dtype (float16 on CUDA, float32 on the CPU by default), the
     attention kernels, whether to capture graphs, the self-attention length buckets, batch
-    invariance (by default on CUDA only). Raises
+    invariance (by default on CUDA only), the budget of decoded audio in flight. Raises
     ConfigError naming the fix; touches no weights, so it runs before the model loads."""
     device = resolve_device(options.device)
     cuda = device.type == "cuda"
@@ -115,7 +116,7 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     return EngineConfig(device=device, dtype=dtype, attention=plan, n_slots=options.batch_size,
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
                         fused_greedy=cuda and triton_select.triton_available(), encoder=encoder,
-                        batch_invariant=invariant)  # fmt: skip
+                        batch_invariant=invariant, audio_memory=options.audio_memory or host_audio_bytes())  # fmt: skip
 
 
 def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> str:

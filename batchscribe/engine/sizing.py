@@ -1,9 +1,10 @@
-"""How big things are: slots for the free memory, the captured row and length buckets, and how many
-steps the host launches between looks at the slots."""
+"""How big things are: slots for the free memory, the captured row and length buckets, how many
+steps the host launches between looks at the slots, and the host memory decoded audio may take."""
 
 from __future__ import annotations
 
 import math
+import os
 
 # GPU seconds of steps the host launches between looks at the finished flags: enough queued work
 # that the device stays busy while the host admits and collects, and no more, since a finished row
@@ -16,6 +17,10 @@ MAX_STEPS_PER_CHECK = 4
 # calls by them.
 CPU_SLOTS = 16
 CUDA_SLOT_CAP = 256
+# Decoded audio the scheduler may hold in the items it is transcribing (each keeps its whole audio
+# on the host until its last window): a share of the machine's memory, split among a run's engines.
+# 256 slots of hour-long files would otherwise hold ~59 GB.
+HOST_AUDIO_FRACTION = 1 / 4
 
 
 def steps_per_check(step_seconds: float) -> int:
@@ -42,3 +47,16 @@ def slots_for_memory(free_bytes: int, bytes_per_slot: int, fraction: float = 0.6
     """How many slots fit in a fraction of free memory, rounded down to a multiple of 8."""
     fit = int(free_bytes * fraction) // max(1, bytes_per_slot)
     return max(1, min(cap, fit - fit % 8 if fit >= 8 else fit))
+
+
+def host_memory_bytes() -> int:
+    """This machine's physical memory (16 GiB where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
+def host_audio_bytes(engines: int = 1) -> int:
+    """The default budget of decoded audio for each of `engines` engines on this machine."""
+    return int(host_memory_bytes() * HOST_AUDIO_FRACTION) // max(1, engines)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from batchscribe.config import ConfigError
+from batchscribe.engine.sizing import host_audio_bytes
 from batchscribe.output.resume import output_prefix
 from batchscribe.run import RunOptions
 
@@ -96,9 +97,12 @@ def child_workers(workers: int | None, n_children: int, on_cuda: bool, cpus: int
 def child_options(opts: RunOptions, child: ChildPlan, n_children: int) -> RunOptions:
     """The child's RunOptions (`opts`: the parent's): its device and part of the ids; --overwrite
     is done once by the parent before any child starts, so children never delete each other's work.
-    A GPU child sees only its own GPU (CUDA_VISIBLE_DEVICES, set by the supervisor), as cuda:0."""
+    A GPU child sees only its own GPU (CUDA_VISIBLE_DEVICES, set by the supervisor), as cuda:0.
+    The children share this machine's memory: each gets its part of the decoded-audio budget."""
     source = dataclasses.replace(opts.source, num_shards=child.num_shards, shard_index=child.shard_index)
-    engine = dataclasses.replace(opts.engine, device=child.device if child.cuda_index is None else "cuda:0")
+    audio_memory = max(1, (opts.engine.audio_memory or host_audio_bytes()) // n_children)
+    engine = dataclasses.replace(opts.engine, device=child.device if child.cuda_index is None else "cuda:0",
+                                 audio_memory=audio_memory)  # fmt: skip
     workers = child_workers(opts.workers, n_children, child.cuda_index is not None)
     return dataclasses.replace(opts, source=source, engine=engine, overwrite=False, workers=workers)
 

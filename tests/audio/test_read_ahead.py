@@ -65,3 +65,37 @@ def test_read_ahead_starts_at_once_and_a_stream_never_read_still_closes_its_sour
     assert closed.is_set()
     with pytest.raises(StopIteration):
         next(stream)
+
+
+def test_read_ahead_bounds_the_bytes_waiting_as_well_as_their_count() -> None:
+    """Items of 3 units under a bound of 10: three wait (a fourth would pass it) however deep the
+    queue, each taken frees room for the next, and an item heavier than the whole bound still goes
+    through alone. The order and the items are unchanged."""
+    import time
+
+    pulled: list[int] = []
+    sizes = [3] * 8 + [25] + [3] * 3
+
+    def source():
+        for i, size in enumerate(sizes):
+            pulled.append(i)
+            yield (i, size)
+
+    def settled(n: int) -> int:
+        deadline = time.monotonic() + 10
+        while len(pulled) < n and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # would it pull more?
+        return len(pulled)
+
+    stream = read_ahead(source(), depth=100, max_bytes=10, weigh=lambda item: item[1])
+    assert settled(4) == 4  # 3 queued (9 units) and the 4th waiting for room
+    assert next(stream) == (0, 3)
+    assert settled(5) == 5  # room for one more
+    got = [(0, 3)]
+    got += [next(stream) for _ in range(7)]  # items 1..7
+    assert settled(10) == 10  # item 8 (25 units) alone in the queue, item 9 waits behind it
+    got += list(stream)
+    assert got == [(i, size) for i, size in enumerate(sizes)]
+    with pytest.raises(ValueError, match="go together"):
+        read_ahead(iter(()), depth=1, max_bytes=10)

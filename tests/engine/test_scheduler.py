@@ -117,6 +117,38 @@ def test_a_source_with_nothing_ready_yet_changes_no_record(transcriber, items, m
     assert any(asked)  # "nothing ready" did come while windows were in flight
 
 
+def test_an_audio_budget_holds_items_back_and_changes_no_record(transcriber, items, monkeypatch, caplog) -> None:
+    """Items in flight hold their whole audio: with a budget of 50 s of samples (or none at all)
+    new items wait until one finishes, the items in flight never hold more than the budget plus
+    one item, the operator is told once, and every record is the unbounded run's (its
+    probabilities to 1e-5)."""
+    items = items[:7]  # the long-form clips, JFK's cuts and silence
+    plain, sched = _run(transcriber, items, check_every=1, lag=0, monkeypatch=monkeypatch)
+    assert sched.policy.max_live_samples == sched.engine.config.audio_memory // 4  # the default
+    assert sched.timings["held_back"] == 0
+    sizes = sorted(len(audio) for _, audio in items)
+    for budget in (0, 16000 * 50):
+        sched.timings.clear()
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="batchscribe.engine.scheduler"):
+            got = sorted(records(sched, items, check_every=1, lag=0, max_live_samples=budget), key=lambda r: r["id"])
+        # Admission groups differ, so the CPU's encoder batches do: probabilities move by ~1e-7.
+        assert [_rounded(r) for r in got] == [_rounded(r) for r in plain]
+        peak = sched.timings["live_samples_peak"]
+        assert sched.timings["held_back"] > 0
+        if budget == 0:  # one item at a time: the peak is the longest item alone
+            assert peak == sizes[-1]
+        else:  # several at a time, yet fewer than the 3 slots would take: the longest three overflow it
+            assert sizes[-1] < peak <= budget + sizes[-1] < sum(sizes[-3:])
+        said = [r.getMessage() for r in caplog.records if "decoded audio" in r.getMessage()]
+        assert len(said) == 1 and "EngineOptions.audio_memory" in said[0]
+
+
+def _rounded(record: dict) -> dict:
+    keys = ("avg_logprob", "no_speech_prob")
+    return {**record, "segments": [{**seg, **{k: round(seg[k], 5) for k in keys}} for seg in record["segments"]]}
+
+
 def _one_window_at_a_time(sched, items) -> tuple[list[dict], int]:
     """The reference for word timestamps: each item alone, one window at a time in slot 0, every
     step read at once, the window's words timed synchronously by the engine's Aligner before the

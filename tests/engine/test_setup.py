@@ -76,3 +76,12 @@ def test_batch_invariant_is_cudas_default() -> None:
 def test_batch_invariant_must_be_a_bool_or_none() -> None:
     with pytest.raises(ConfigError, match="batch_invariant='yes'; use True, False or None"):
         EngineOptions(batch_invariant="yes")  # type: ignore[arg-type]
+
+
+def test_the_audio_budget_resolves_to_the_options_or_a_quarter_of_memory() -> None:
+    from batchscribe.engine.sizing import host_audio_bytes
+
+    assert resolve_engine(EngineOptions(device="cpu"), TINY).audio_memory == host_audio_bytes()
+    given = resolve_engine(EngineOptions(device="cpu", audio_memory=3 << 30), TINY)
+    assert given.audio_memory == 3 << 30
+    assert "audio_memory" not in given.identity()  # it changes which items run together, not a record

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
+
+from batchscribe.engine import sizing
 from batchscribe.engine.sizing import default_buckets, default_kv_buckets, slots_for_memory, steps_per_check
 
 
@@ -17,3 +22,15 @@ def test_steps_per_check_keeps_about_two_ms_queued() -> None:
     assert steps_per_check(0.001) == 2
     assert steps_per_check(0.025) == 1  # large-v3-sized steps: look after every one
     assert steps_per_check(0.0) == 4
+
+
+def test_the_audio_budget_is_a_quarter_of_the_machine_split_among_its_engines(monkeypatch) -> None:
+    meminfo = Path("/proc/meminfo")
+    if not meminfo.is_file():
+        pytest.skip("no /proc/meminfo here to check the machine's memory against")
+    ram = int(meminfo.read_text().split("\n")[0].split()[1]) * 1024  # MemTotal: N kB
+    assert sizing.host_memory_bytes() == ram
+    assert sizing.host_audio_bytes() == ram // 4
+    assert sizing.host_audio_bytes(engines=8) == ram // 4 // 8
+    monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
+    assert sizing.host_audio_bytes(engines=2) == 8 << 30

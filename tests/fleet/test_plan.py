@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from batchscribe.audio.sources import shard_of
-from batchscribe.config import ConfigError
+from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.fleet.plan import MAX_RESTARTS, child_options, child_workers, on_exit, parse_gpus, plan_children
 from batchscribe.run import RunOptions
 from batchscribe.audio.sources import SourceOptions
@@ -57,6 +57,17 @@ def test_child_options_set_device_part_and_leave_overwrite_to_the_parent() -> No
     assert (got.source.num_shards, got.source.shard_index, got.source.limit) == (4, 3, 5)
     assert got.engine.device == "cuda:0" and got.overwrite is False  # the one GPU it sees: CUDA_VISIBLE_DEVICES=1
     assert child_options(opts, plan_children(["cpu", "cpu"])[1], 2).engine.device == "cpu"
+
+
+def test_children_share_the_decoded_audio_budget(monkeypatch) -> None:
+    """The children of one run share the machine's memory: each holds its part of the budget."""
+    from batchscribe.engine import sizing
+
+    monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
+    children = plan_children(["cuda:0", "cuda:1", "cuda:2", "cuda:3"], 1, 0)
+    assert child_options(RunOptions(), children[0], 4).engine.audio_memory == (64 << 30) // 4 // 4
+    given = RunOptions(engine=EngineOptions(audio_memory=8 << 30))
+    assert child_options(given, children[3], 4).engine.audio_memory == 2 << 30
 
 
 def test_decode_workers_are_shared_between_gpu_children() -> None:
