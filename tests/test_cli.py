@@ -66,6 +66,7 @@ def test_python_dash_m_help() -> None:
     # Out of range: the flag's own name, not the options object's field (num_shards=0 ...).
     (["run", "--demo", "-o", "OUT", "--num-shards", "0"], "Invalid value for '--num-shards'"),
     (["run", "--demo", "-o", "OUT", "--batch-size", "0"], "Invalid value for '--batch-size'"),
+    (["run", "--demo", "-o", "OUT", "--audio-memory", "0"], "Invalid value for '--audio-memory'"),
     (["run", "--demo", "-o", "OUT", "--shard-size", "0"], "Invalid value for '--shard-size'"),
     (["run", "--demo", "-o", "OUT", "--limit", "-1"], "Invalid value for '--limit'"),
     # Not "every item already has a committed record": nothing was asked for.
@@ -117,7 +118,7 @@ def test_changed_settings_exit_2(tmp_path: Path, fake_model: FakeTranscriber) ->
 
 
 def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--device, --dtype, --batch-size, --attention, --cross-kv, --no-cuda-graphs and
+    """--device, --dtype, --batch-size, --attention, --cross-kv, --no-cuda-graphs, --audio-memory and
     --[no-]batch-invariant arrive together as RunOptions.engine, the EngineOptions the transcriber is built from."""
     from batchscribe.config import EngineOptions
 
@@ -134,6 +135,9 @@ def test_engine_flags_reach_the_transcriber_as_one_options_object(tmp_path: Path
     for flag, value in (("--batch-invariant", True), ("--no-batch-invariant", False)):
         assert runner.invoke(app, [*args, flag, "--overwrite"]).exit_code == 0
         assert seen[-1].engine.batch_invariant is value
+    assert seen[0].engine.audio_memory is None  # the machine decides
+    assert runner.invoke(app, [*args, "--audio-memory", "2.5", "--overwrite"]).exit_code == 0
+    assert seen[-1].engine.audio_memory == 2_500_000_000
 
 
 def test_demo_manifest_is_packaged() -> None:

@@ -37,6 +37,11 @@ CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention
 EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
+AudioMemory = Annotated[Optional[float], typer.Option(
+    min=0.001, metavar="GB", show_default="a quarter of this machine's memory, shared by --gpus children",
+    help="Decoded audio the items being transcribed may hold, in GB (each keeps its whole audio in memory "
+    "until its last window): past it, no new item starts until one finishes. Lower it for hour-long files on a "
+    "small machine; raise it if a run warns that the budget keeps decoder slots idle.")]
 BatchInvariant = Annotated[Optional[bool], typer.Option(
     "--batch-invariant/--no-batch-invariant", show_default="on with CUDA, off on the CPU",
     help="Records that do not depend on which items run together: bit for bit the same from one GPU or many, "

@@ -11,7 +11,7 @@ import typer
 from batchscribe.audio.sources import SourceOptions
 from batchscribe.cli.app import _Bar, _die, _handled, _prepare_report, _print_summary, _report_wer, app, err
 from batchscribe.cli.options import (
-    Attention, AudioColumnOpt, BatchInvariant, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt,
+    Attention, AudioColumnOpt, AudioMemory, BatchInvariant, BatchSize, CacheDir, ConditionOnPrevious, ConfigName, CrossKVOpt,
     CudaGraphs, Demo, Device, DTypeOpt, EncoderPrecision, FleetDevices, FormatOpt, Gpus, IdColumnOpt, InitialPrompt,
     Inputs, Language, Limit, MaxErrors, Model, NoTimestamps, NumShards, Output, Overwrite, Passthrough,
     PromptColumnOpt, Ray, RayWorkers, Report, RetryErrors, ShardIndex, ShardSize, ShowProgress, Split, TaskOpt,
@@ -28,7 +28,7 @@ def run_command(
     inputs: Inputs = None, output: Output = None, demo: Demo = False, model: Model = "tiny.en",
     device: Device = "auto", dtype: DTypeOpt = None, batch_size: BatchSize = None, attention: Attention = "auto",
     cross_kv: CrossKVOpt = "auto", encoder_precision: EncoderPrecision = "auto", cuda_graphs: CudaGraphs = True,
-    batch_invariant: BatchInvariant = None,
+    batch_invariant: BatchInvariant = None, audio_memory: AudioMemory = None,
     language: Language = None, task: TaskOpt = "transcribe", without_timestamps: NoTimestamps = False,
     word_timestamps: WordTimestamps = False, initial_prompt: InitialPrompt = None,
     condition_on_previous_text: ConditionOnPrevious = False, vad: Vad = False,
@@ -62,7 +62,8 @@ def run_command(
             model=model, cache_dir=cache_dir,
             engine=EngineOptions(device=device, dtype=dtype, batch_size=batch_size, cuda_graphs=cuda_graphs,
                                  attention=attention, cross_kv=cross_kv, encoder_precision=encoder_precision,
-                                 batch_invariant=batch_invariant),
+                                 batch_invariant=batch_invariant,
+                                 audio_memory=None if audio_memory is None else int(audio_memory * 1e9)),
             decode=DecodeOptions(task=task, language=language, without_timestamps=without_timestamps,
                                  word_timestamps=word_timestamps, initial_prompt=initial_prompt,
                                  condition_on_previous_text=condition_on_previous_text, vad=vad,

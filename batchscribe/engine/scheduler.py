@@ -180,9 +180,10 @@ class Scheduler:
         self.timings["held_back"] += 1
         if not run.held_back:
             run.held_back = True
-            log.warning("%d items in flight hold %.1f GB of decoded audio, the engine's budget (EngineOptions."
-                        "audio_memory, by default a quarter of this machine's memory): new items wait for one "
-                        "to finish, so fewer decoder slots may be busy", len(run.live), 4 * budget / 1e9)  # fmt: skip
+            log.warning("%d items in flight hold %.1f GB of decoded audio, the engine's budget (--audio-memory, "
+                        "EngineOptions.audio_memory; by default a quarter of this machine's memory): new items "
+                        "wait for one to finish, so fewer decoder slots may be busy", len(run.live),
+                        4 * budget / 1e9)  # fmt: skip
 
     def _admit(self, run: _Run, policy: SchedulePolicy, free: list[int], n_rows: int) -> int | None:
         """Admit one group into the `free` slots when there are enough of them (`n_rows`: rows in
