@@ -566,6 +566,40 @@ def test_a_ctrl_c_while_the_cli_loads_is_one_line_and_exit_130() -> None:
                                                    "rerun the same command to resume\n")
 
 
+@pytest.mark.parametrize("where", ["parsing", "summary"])
+def test_a_ctrl_c_outside_the_commands_own_handling_is_said_once(where: str, tmp_path: Path, fake_model: FakeTranscriber,
+                                                                 monkeypatch: pytest.MonkeyPatch, capsys) -> None:  # fmt: skip
+    """Typer makes a KeyboardInterrupt outside our handling exit 130 with nothing printed: while
+    it parses the arguments (a Ctrl-C ~0.4 s after start, as it imports pydantic) or after the run
+    (its summary). The entry point now says which: nothing written yet, or the records committed."""
+    import typer.core
+
+    import batchscribe.cli
+    import batchscribe.cli.run_cmd
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "parsing":
+        monkeypatch.setattr(typer.core.TyperCommand, "parse_args", interrupted)
+    else:
+        monkeypatch.setattr(batchscribe.cli.run_cmd, "_print_summary", interrupted)
+    out = tmp_path / "o"
+    monkeypatch.setattr(sys, "argv", ["batchscribe", "run", "--demo", "-o", str(out), "--workers", "0",
+                                      "--no-progress", "--no-report"])  # fmt: skip
+    with pytest.raises(SystemExit) as exit_info:
+        batchscribe.cli.main()
+    assert exit_info.value.code == 130
+    said = capsys.readouterr().err
+    if where == "parsing":
+        assert said == "error: interrupted while starting: nothing was read or written; rerun the same command to resume\n"
+        assert not out.exists()
+    else:
+        assert said.count("error: interrupted") == 1
+        assert "error: interrupted: the records finished so far are committed; rerun the same command to resume" in said
+        assert len(read_all(out)) == 3
+
+
 def test_a_ctrl_c_while_the_report_is_scored_names_eval(tmp_path: Path, fake_model: FakeTranscriber,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """After the summary every record is committed; an interrupted report said nothing (Typer's

@@ -12,7 +12,7 @@ from __future__ import annotations
 from batchscribe.cli import run_cmd  # noqa: F401  (isort: skip)
 from batchscribe.cli import commands  # noqa: F401
 from batchscribe.cli import export_cmd  # noqa: F401
-from batchscribe.cli.app import _Bar, app
+from batchscribe.cli.app import _Bar, app, new_command, said_interrupted
 from batchscribe.cli_text import demo_manifest
 
 __all__ = ["app", "main", "demo_manifest", "optional_ray_address", "_Bar"]
@@ -21,7 +21,13 @@ __all__ = ["app", "main", "demo_manifest", "optional_ray_address", "_Bar"]
 def main() -> None:
     import sys
 
-    app(args=optional_ray_address(sys.argv[1:]))
+    new_command()
+    try:
+        app(args=optional_ray_address(sys.argv[1:]))
+    except SystemExit as exc:
+        if exc.code == 130:
+            said_interrupted()
+        raise
 
 
 def optional_ray_address(args: list[str]) -> list[str]:

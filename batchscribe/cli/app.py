@@ -91,20 +91,44 @@ def warn_if_writing(folder: Path) -> None:
                       soft_wrap=True)  # fmt: skip
 
 
+INTERRUPTED = "interrupted: the records finished so far are committed; rerun the same command to resume"
+INTERRUPTED_STARTING = "interrupted while starting: nothing was read or written; rerun the same command to resume"
+# How far this process's command got: whether it has begun its work (entered `_handled`) and
+# whether an error was printed, for `said_interrupted`.
+_reached = {"work": False, "said": False}
+
+
 def _die(message: str, code: int) -> NoReturn:
+    _say_error(message)
+    raise typer.Exit(code)
+
+
+def _say_error(message: str) -> None:
     # escape(): a message may quote names with brackets (batchscribe[gpu], file[1].flac).
     err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, markup=True, soft_wrap=True)
-    raise typer.Exit(code)
+    _reached["said"] = True
+
+
+def new_command() -> None:
+    _reached.update(work=False, said=False)
+
+
+def said_interrupted() -> None:
+    """For an exit 130 that printed nothing: Typer makes a KeyboardInterrupt outside `_handled`
+    (while it parses the arguments, ~0.1 s as it imports pydantic; or after a run's summary) exit
+    130 silently. Say it once, as `_handled` would."""
+    if not _reached["said"]:
+        _say_error(INTERRUPTED if _reached["work"] else INTERRUPTED_STARTING)
 
 
 @contextmanager
 def _handled() -> Iterator[None]:
     """Turn the package's boundary errors into a message and an exit code, not a traceback."""
+    _reached["work"] = True
     try:
         yield
     except KeyboardInterrupt as exc:  # SIGINT, or SIGTERM/SIGHUP as Terminated: committed, summary written
-        _die("interrupted: the records finished so far are committed; rerun the same command to resume",
-             128 + exc.signum if isinstance(exc, Terminated) else 130)
+        _die(INTERRUPTED, 128 + exc.signum if isinstance(exc, Terminated) else 130)
     except TooManyErrors as exc:
         _die(str(exc), 1)
     except (SourceError, ConfigError, ResumeConflictError, OutputDirError) as exc:
