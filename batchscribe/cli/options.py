@@ -40,8 +40,9 @@ CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help
 AudioMemory = Annotated[Optional[float], typer.Option(
     min=0.001, metavar="GB", show_default="a quarter of this machine's memory, shared by --gpus children",
     help="Decoded audio the items being transcribed may hold, in GB (each keeps its whole audio in memory "
-    "until its last window): past it, no new item starts until one finishes. Lower it for hour-long files on a "
-    "small machine; raise it if a run warns that the budget keeps decoder slots idle.")]
+    "until its last window): past it, no new item starts until one finishes. The whole run's: --gpus children "
+    "share it (each --ray actor holds its own). Lower it for hour-long files on a small machine; raise it if a "
+    "run warns that the budget keeps decoder slots idle.")]
 BatchInvariant = Annotated[Optional[bool], typer.Option(
     "--batch-invariant/--no-batch-invariant", show_default="on with CUDA, off on the CPU",
     help="Records that do not depend on which items run together: bit for bit the same from one GPU or many, "
