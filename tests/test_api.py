@@ -54,6 +54,9 @@ def test_engine_options_are_resolved_once_and_described(tiny_en_dir) -> None:
     assert described["identity"] == {"dtype": "float32", "attention": "sdpa/sdpa/float32", "batch_invariant": False,
                                      "weights_sha256": hashlib.sha256(f"model.safetensors\0{weights}\n".encode()).hexdigest()}
     assert described["engine"]["batch_size"] == 3 and described["engine"]["device"] == "cpu"
+    from batchscribe.engine.sizing import host_audio_bytes
+
+    assert described["engine"]["audio_memory_gb"] == round(host_audio_bytes() / 1e9, 3)  # the budget in force
     assert t.scheduler().engine.n_slots == 3
     with pytest.raises(ConfigError, match="not both"):
         Transcriber(str(tiny_en_dir), device="cpu", engine=EngineOptions(device="cpu"))

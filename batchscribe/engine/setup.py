@@ -91,7 +91,8 @@ class EngineConfig:
     def describe(self) -> dict[str, Any]:
         """For summaries: the identity, plus where and how it ran."""
         return {**self.identity(), "device": str(self.device), "batch_size": self.n_slots,
-                "cuda_graphs": self.cuda_graphs, "encoder": self.encoder}  # fmt: skip
+                "cuda_graphs": self.cuda_graphs, "encoder": self.encoder,
+                "audio_memory_gb": None if self.audio_memory is None else round(self.audio_memory / 1e9, 3)}  # fmt: skip
 
 
 def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
