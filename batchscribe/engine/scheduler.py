@@ -35,7 +35,6 @@ import torch
 from batchscribe.engine.alignment import Alignment, PendingAlignment
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.requests import FinishedWindow
-from batchscribe.engine.sizing import host_audio_bytes
 from batchscribe.engine.windows import ItemProgress, Judged, WindowPlanner
 from batchscribe.segments import Transcript
 
@@ -62,10 +61,9 @@ class SchedulePolicy:
         Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
         The items in flight hold at most the engine's audio_memory of float32 samples."""
         cuda = engine.device.type == "cuda"
-        budget = engine.config.audio_memory or host_audio_bytes()
         return cls(check_every=engine.steps_per_look, lag=1 if cuda else 0, admit_min=max(1, engine.n_slots // 4),
                    looks_before_admission=2 if engine.graphs is not None else 0,
-                   max_live_samples=budget // 4)  # fmt: skip
+                   max_live_samples=engine.config.audio_memory // 4)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ EngineConfig (what the engine runs with). The summary and the resume identity re
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -53,7 +53,7 @@ class EngineConfig:
     encoder: str = "eager"
     skip_inert_rows: bool = True  # kernels that can skip rows not running do
     batch_invariant: bool = False  # EngineOptions.batch_invariant resolved: fixed shapes for every window and step
-    audio_memory: int | None = None  # EngineOptions.audio_memory resolved (bytes); None: the default
+    audio_memory: int = field(default_factory=host_audio_bytes)  # EngineOptions.audio_memory resolved (bytes)
 
     @property
     def on_cuda(self) -> bool:
@@ -92,7 +92,7 @@ class EngineConfig:
         """For summaries: the identity, plus where and how it ran."""
         return {**self.identity(), "device": str(self.device), "batch_size": self.n_slots,
                 "cuda_graphs": self.cuda_graphs, "encoder": self.encoder,
-                "audio_memory_gb": None if self.audio_memory is None else round(self.audio_memory / 1e9, 3)}  # fmt: skip
+                "audio_memory_gb": round(self.audio_memory / 1e9, 3)}  # fmt: skip
 
 
 def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
