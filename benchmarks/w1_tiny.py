@@ -277,6 +277,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="the default garbage collector during the stream (no batchscribe.heap.stream_collector; diagnosis)")
     ap.add_argument("--align-lengths", type=int, nargs="+", default=None, metavar="TOKENS",
                     help="the alignment pass's token buckets (engine/alignment.py LENGTHS; diagnosis)")
+    ap.add_argument("--align-hold", type=int, default=None, metavar="COLLECTS",
+                    help="collects a partly filled alignment batch may wait on CUDA (engine/scheduler.py "
+                         "ALIGN_HOLD; 0: sent as read, as before; diagnosis)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -298,6 +301,10 @@ def _diagnosis(args: argparse.Namespace) -> None:
         from batchscribe.engine import alignment
 
         alignment.LENGTHS = tuple(args.align_lengths)
+    if args.align_hold is not None:
+        from batchscribe.engine import scheduler
+
+        scheduler.ALIGN_HOLD = args.align_hold
     from batchscribe.audio import pool  # light: the decoders, not torch
 
     if args.in_flight_per_worker is not None:

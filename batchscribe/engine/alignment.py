@@ -43,6 +43,7 @@ from batchscribe.attention.triton_window import window_cross_attention
 from batchscribe.engine import dtw_device
 from batchscribe.engine.align_matrix import batch_matrix
 from batchscribe.engine.graphs import PassGraphs
+from batchscribe.engine.target_probs import target_probs
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.whisper import Whisper
 
@@ -190,15 +191,22 @@ class Aligner:
                 done += len(part)
         return PendingAlignment(len(windows), batches)
 
-    def _groups(self, windows: Sequence[AlignWindow]) -> dict[int, list[int]]:
-        """Window indices by the sequence length their batch is padded to: on CUDA the bucket of
-        each window's own length, elsewhere one group at the longest."""
-        need = [len(w.prefix) + len(w.text_tokens) + 2 for w in windows]
+    def bucket(self, window: AlignWindow) -> int:
+        """The sequence length `window`'s batch is padded to on CUDA (the bucket of its own length);
+        elsewhere 0: one group, padded to its longest window."""
         if not self.fixed:
-            return {max(need): list(range(len(windows)))} if windows else {}
+            return 0
+        need = len(window.prefix) + len(window.text_tokens) + 2
+        return next(b for b in self.lengths if b >= need)
+
+    def _groups(self, windows: Sequence[AlignWindow]) -> dict[int, list[int]]:
+        """Window indices by the sequence length their batch is padded to (see `bucket`)."""
+        if not self.fixed:
+            longest = max((len(w.prefix) + len(w.text_tokens) + 2 for w in windows), default=0)
+            return {longest: list(range(len(windows)))} if windows else {}
         groups: dict[int, list[int]] = {}
-        for k, n in enumerate(need):
-            groups.setdefault(next(b for b in self.lengths if b >= n), []).append(k)
+        for k, w in enumerate(windows):
+            groups.setdefault(self.bucket(w), []).append(k)
         return groups
 
     def _batch(self, windows: Sequence[AlignWindow], length: int) -> _Queued:
@@ -270,16 +278,16 @@ class Aligner:
         """P(token after row at[b, k] | the rows up to it) for k < n - 1: row <|notimestamps|> + k
         predicts text token k. hidden [B, L, d], tokens [B, L], at [B, n] -> [B, n - 1] float32.
         Every window's rows in a few large GEMMs ([rows, eot] logits in the model's dtype, each
-        softmax in float32 straight from them): per-window calls left most SMs idle. At most
-        PROB_ROWS rows at a time bound the logits' memory."""
+        target's probability in float32 straight from them, engine/target_probs.py): per-window
+        calls left most SMs idle. At most PROB_ROWS rows at a time bound the logits' memory."""
         weight = self.model.decoder.embed_tokens.weight[: self.eot]  # logits over text tokens only
         rows, length = at[:, :-1], tokens.shape[1]
-        target = tokens.gather(1, (rows + 1).clamp(max=length - 1)).clamp(max=self.eot - 1).reshape(-1, 1)  # [R, 1]
+        target = tokens.gather(1, (rows + 1).clamp(max=length - 1)).clamp(max=self.eot - 1).reshape(-1)  # [R]
         states = hidden.gather(1, rows[:, :, None].expand(-1, -1, hidden.shape[-1])).flatten(0, 1)  # [R, d]
         out = torch.empty(states.shape[0], dtype=torch.float32, device=hidden.device)  # [R]
         for a in range(0, states.shape[0], PROB_ROWS):
             logits = states[a : a + PROB_ROWS] @ weight.T  # [r, eot], the model's dtype
-            out[a : a + PROB_ROWS] = logits.softmax(dim=-1, dtype=torch.float32).gather(1, target[a : a + PROB_ROWS])[:, 0]
+            out[a : a + PROB_ROWS] = target_probs(logits, target[a : a + PROB_ROWS])
         return out.view(rows.shape)
 
     def _decode(self, tokens: torch.Tensor, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

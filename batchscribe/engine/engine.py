@@ -193,13 +193,21 @@ class Engine:
         cache with them); returns the rows now in use."""
         return self.slots.compact(self.cache.tensors())
 
+    def hold_for_alignment(self, slots: Sequence[int]) -> None:
+        """Keep collected windows' slots out of admission until their alignment pass is queued
+        (submit_alignment frees them again); nothing may compact meanwhile."""
+        self.slots.held[list(slots)] = True
+
     def submit_alignment(self, windows: Sequence[AlignWindow]) -> PendingAlignment:
         """Queue the alignment pass over finished windows. Call it before any admission or
-        compaction is queued after the snapshot they were read from: those may refill their slots,
-        and only stream order keeps the pass's reads of the slots' cross K/V ahead of them."""
+        compaction is queued after the snapshot they were read from, or hold their slots until
+        then: an admission may refill a slot, and only stream order keeps the pass's reads of its
+        cross K/V ahead of it. Their slots are free afterwards."""
         if self.aligner is None:
             raise AssertionError("submit_alignment() on an engine built without alignment heads")
-        return self.aligner.submit(windows)
+        pending = self.aligner.submit(windows)
+        self.slots.held[[w.slot for w in windows]] = False  # what refills them is queued behind the pass
+        return pending
 
     def pending_snapshots(self) -> int:
         return len(self.snapshots.pending)

@@ -9,16 +9,17 @@ finished in the look `lag` turns back (on the GPU the newest steps are still que
 reads it, so the device never waits for the host; finished rows are inert, so the lag never changes
 a record).
 
-With word timestamps, the windows of a read whose words are timed are judged, their alignment pass
-is queued at once and they wait (`_Aligning`) until the next collect, which first settles them once
-the pass's copies have landed: their words attached, their items yielded or their next windows
-queued. Always exactly one collect later, never "when ready", so the schedule (and every record) is
-the same however fast the device is, and the device steps the look queued since while the host
-waits and folds. The loop ends only after a collect with no slot in use: it settles what is
-pending and, every window having been read already, sends nothing new, so none is left pending.
-NOTE: the pass reads each window's cross K/V from the slot its read freed; it is queued before
-anything that could refill or move that slot (the next admission, a compaction), so stream order
-keeps the slot intact for it.
+With word timestamps, the windows of a read whose words are timed are judged and held
+(engine/align_queue.py) until their alignment batch is full enough to send, a few collects at most;
+once their pass is queued they wait (`_Aligning`) until the next collect, which first settles them
+once the pass's copies have landed: their words attached, their items yielded or their next windows
+queued. Always by counts of collects, never "when ready", so the schedule (and every record) is the
+same however fast the device is, and the device steps the look queued since while the host waits
+and folds. The loop ends only after a collect with no slot in use: it sends every held window, and
+the next such collect settles them; every window having been read, nothing new is sent then.
+NOTE: the pass reads each window's cross K/V from the slot its read freed. Until the pass is queued
+that slot is held out of admission, and every held window is sent before a compaction, so stream
+order keeps the slot intact for the pass.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from batchscribe.engine.align_queue import AlignQueue, Held
 from batchscribe.engine.alignment import Alignment, PendingAlignment
 from batchscribe.engine.engine import Engine
 from batchscribe.engine.requests import FinishedWindow
@@ -39,6 +41,8 @@ from batchscribe.engine.windows import ItemProgress, Judged, WindowPlanner
 from batchscribe.segments import Transcript
 
 log = logging.getLogger(__name__)
+# Collects a partly filled alignment batch may wait for more windows on CUDA (engine/align_queue.py).
+ALIGN_HOLD = 3
 
 
 @dataclass(frozen=True)
@@ -53,22 +57,25 @@ class SchedulePolicy:
     # Samples of audio the items in flight may hold before no new item is taken (None: no bound):
     # at most this plus one item's, whatever the items' lengths.
     max_live_samples: int | None = None
+    # Collects a partly filled alignment batch may wait for more finished windows (0: sent at once).
+    align_hold: int = 0
 
     @classmethod
     def for_engine(cls, engine: Engine) -> SchedulePolicy:
         """The default: on CUDA the engine's steps per look, a lag of 1 and, with graphs, two looks
         before each admission; on the CPU one step per look and no lag (looking is free there).
         Admit when a quarter of the slots are free, so the encoder sees groups, not single windows.
-        The items in flight hold at most the engine's audio_memory of float32 samples."""
+        The items in flight hold at most the engine's audio_memory of float32 samples. Alignment
+        batches wait for more windows only on CUDA, where a batch's shape is fixed."""
         cuda = engine.device.type == "cuda"
         return cls(check_every=engine.steps_per_look, lag=1 if cuda else 0, admit_min=max(1, engine.n_slots // 4),
                    looks_before_admission=2 if engine.graphs is not None else 0,
-                   max_live_samples=engine.config.audio_memory // 4)  # fmt: skip
+                   max_live_samples=engine.config.audio_memory // 4, align_hold=ALIGN_HOLD if cuda else 0)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _Aligning:
-    """Windows of one read whose words are being timed: settled by the next collect."""
+    """Windows whose alignment pass is queued (one send): settled by the next collect."""
 
     keys: list[int]
     verdicts: list[Judged]
@@ -84,7 +91,8 @@ class _Run:
     # key -> item with a window queued, in a slot, or being aligned
     live: dict[int, ItemProgress] = field(default_factory=dict)
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
-    aligning: list[_Aligning] = field(default_factory=list)  # the last collect's, one per read
+    aligning: list[_Aligning] = field(default_factory=list)  # the last collect's passes
+    held: AlignQueue | None = None  # windows waiting for a fuller alignment batch (word timestamps)
     next_key: int = 0
     live_samples: int = 0  # the audio the live items hold
     held_back: bool = False  # the audio budget has kept an item out (said once a stream)
@@ -116,6 +124,9 @@ class Scheduler:
         input order. A source may give None for "nothing ready yet" (ray/feed.py, vad_stream.py):
         the scheduler steps what it has and asks again on its next turn."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
+        if engine.aligner is not None:
+            run.held = AlignQueue(engine.aligner, policy.align_hold)
+        engine.slots.held[:] = False  # a stream given up on may have left some
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
         self.windows.trims.reset()  # counts this stream's long --prompt-column prompts
@@ -129,10 +140,11 @@ class Scheduler:
             if admitted:
                 n_rows = engine.slots.rows_in_use()
             if n_rows == 0:  # every slot is free, so queued snapshots hold no finished window
-                # This collect also settles the windows being aligned: their items may queue windows.
-                yield from self._collect(run, keep=0)
-                if run.exhausted and not run.queue:
-                    assert not run.aligning and not run.live, "a run ended with items unfinished"
+                # This collect also settles the windows being aligned (their items may queue windows)
+                # and sends every held one: nothing runs that could fill their batches.
+                yield from self._collect(run, keep=0, drain=True)
+                if run.exhausted and not run.queue and not run.aligning:
+                    assert not run.live, "a run ended with items unfinished"
                     engine.release_staging()
                     self.windows.trims.report()
                     return
@@ -217,6 +229,7 @@ class Scheduler:
         """Once nothing is left to admit, move running windows down into the holes finished ones
         left whenever that at least halves the rows each step covers."""
         if policy.compact_tail and run.exhausted and not run.queue and 2 * self.engine.slots.slots_in_use() <= n_rows:
+            self._send_held(run, force=True)  # before the move: it may refill their slots
             self.timings["compactions"] += 1
             return self.engine.compact()
         return n_rows
@@ -227,10 +240,11 @@ class Scheduler:
         self.timings["steps"] += policy.check_every
         self.timings["row_steps"] += n_rows * policy.check_every
 
-    def _collect(self, run: _Run, keep: int) -> Iterator[Transcript]:
+    def _collect(self, run: _Run, keep: int, drain: bool = False) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
         items that have no audio left, requeue the others' next windows. First settle what the
-        previous collect sent to the alignment pass; what this one sends waits for the next."""
+        previous collect sent to the alignment pass; what this one sends waits for the next
+        (`drain`: send every held window, as nothing runs)."""
         engine = self.engine
         yield from self._settle_aligned(run)
         while engine.pending_snapshots() > keep:
@@ -244,6 +258,9 @@ class Scheduler:
             timed = self._align(run, finished, verdicts)  # timed as "align"
             yield from self._settle(run, [(res.key, v, None) for k, (res, v) in enumerate(zip(finished, verdicts))
                                           if k not in timed])  # fmt: skip
+        if run.held is not None:
+            # Too few windows run to fill a batch: sending now keeps their items from waiting.
+            self._send_held(run, force=drain or engine.slots.slots_in_use() < engine.aligner.max_batch)
 
     def _settle(self, run: _Run, judged: list[tuple[int, Judged, Alignment | None]]) -> Iterator[Transcript]:
         """Apply judged windows (key, verdict, alignment) to their items: yield the items that
@@ -264,18 +281,32 @@ class Scheduler:
         clock["finish"] += time.perf_counter() - t0
 
     def _align(self, run: _Run, finished: list[FinishedWindow], verdicts: list[Judged]) -> set[int]:
-        """With word timestamps: queue one alignment pass over every window of this read whose
-        segments get words, now (their slots were just freed, nothing is queued behind them yet),
-        and keep them in `run.aligning` for the next collect (an item's next seek is its last
-        word's end, so its next window waits too). Returns the indices of the windows kept."""
+        """With word timestamps: hold every window of this read whose segments get words, their
+        slots kept out of admission (just freed, nothing is queued behind them yet), until
+        `_send_held` queues their pass (an item's next seek is its last word's end, so its next
+        window waits too). Returns the indices of the windows held."""
         requests = [self.windows.align_request(run.live[res.key], v, res.slot) for res, v in zip(finished, verdicts)]
         wanted = [k for k, r in enumerate(requests) if r is not None]
         if wanted:
-            with self._timed("align"):
-                words = self.engine.submit_alignment([requests[k] for k in wanted])
-            run.aligning.append(_Aligning([finished[k].key for k in wanted], [verdicts[k] for k in wanted], words))
-            self.timings["aligned_windows"] += len(wanted)
+            assert run.held is not None, "words to time on an engine without alignment heads"
+            self.engine.hold_for_alignment([requests[k].slot for k in wanted])
+            for k in wanted:
+                run.held.add(Held(finished[k].key, verdicts[k], requests[k]))
         return set(wanted)
+
+    def _send_held(self, run: _Run, force: bool) -> None:
+        """Queue the alignment pass over the held windows that are due (all with `force`); the
+        next collect settles them."""
+        if run.held is None:
+            return
+        due = run.held.take(force)
+        self.timings["align_held"] += len(run.held)  # window-collects waited, for benchmarks
+        if due:
+            with self._timed("align"):
+                words = self.engine.submit_alignment([h.request for h in due])
+            run.aligning.append(_Aligning([h.key for h in due], [h.verdict for h in due], words))
+            self.timings["aligned_windows"] += len(due)
+            self.timings["align_sends"] += 1
 
     def _settle_aligned(self, run: _Run) -> Iterator[Transcript]:
         """Settle the windows sent to the alignment pass since the last settling, in the order they

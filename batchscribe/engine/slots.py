@@ -94,9 +94,11 @@ class Slots:
         self.temperatures = np.zeros(n_slots, dtype=np.float64)  # [S] 0 for free slots
         self.positions = np.zeros(n_slots, dtype=np.int64)  # [S] bounds the device positions
         self.generation = np.zeros(n_slots, dtype=np.int64)  # [S] admissions per slot
+        # [S] collected, but the alignment pass has yet to read their cross K/V: not free
+        self.held = np.zeros(n_slots, dtype=bool)
 
     def free_slots(self) -> list[int]:
-        return np.flatnonzero(~self.occupied).tolist()
+        return np.flatnonzero(~(self.occupied | self.held)).tolist()
 
     def rows_in_use(self) -> int:
         """Rows [0, n) cover every occupied slot; the CPU path steps only those."""
@@ -149,6 +151,8 @@ class Slots:
         move count as re-admitted (`generation`) and those snapshots skip them; later snapshots read
         the moved windows, finished ones included (a finished row is inert).
         """
+        if self.held.any():
+            raise AssertionError("compaction with slots held for the alignment pass: it could refill them")
         used = np.flatnonzero(self.occupied)
         n = used.size
         src = used[used >= n]  # [m] rows to move

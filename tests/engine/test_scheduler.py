@@ -181,18 +181,22 @@ def _without_probabilities(record: dict) -> dict:
     return {**record, "segments": segments}
 
 
-@pytest.mark.parametrize("check_every,lag", [(1, 0), (3, 1)])
+@pytest.mark.parametrize("check_every,lag,hold", [(1, 0, 0), (3, 1, 0), (1, 0, 3), (3, 1, 2)])
 def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
-                                                                   lag) -> None:  # fmt: skip
-    """With word timestamps the scheduler queues a read's alignment pass and settles its windows at
-    the next collect (the last one included: no slot in use). Records equal the reference's, which
+                                                                   lag, hold) -> None:  # fmt: skip
+    """With word timestamps the scheduler holds a read's windows for a fuller alignment batch (up
+    to `hold` collects, their slots kept from admission), queues their pass and settles them at the
+    next collect (the last one included: no slot in use). Records equal the reference's, which
     times each window's words before anything else happens: the long-form items' next windows start
     at their last word's end, so a window queued before its words were settled would seek
     elsewhere, a pass reading a slot that an admission had refilled would time other audio, and an
-    alignment left pending at the run's end would lose its item."""
+    alignment left pending (or held) at the run's end would lose its item."""
     options = replace(FALLBACK, word_timestamps=True)
-    sched = transcriber.build_scheduler(options, replace(transcriber.config, n_slots=3, kv_buckets=(448,)))
+    # Holding needs more slots than a pass batch: with fewer windows running the queue sends at once.
+    n_slots = 6 if hold else 3
+    sched = transcriber.build_scheduler(options, replace(transcriber.config, n_slots=n_slots, kv_buckets=(448,)))
     slots, engine = sched.engine.slots, sched.engine
+    engine.aligner.max_batch = 2 if hold else engine.aligner.max_batch
     rows_in_use = slots.rows_in_use  # a fixed row count, as in _run: float sums alike in both paths
     monkeypatch.setattr(slots, "rows_in_use", lambda: slots.n_slots if rows_in_use() else 0)
     expected, moved = _one_window_at_a_time(sched, items)
@@ -218,7 +222,7 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
 
     monkeypatch.setattr(sched, "_collect", counted_collect)
     monkeypatch.setattr(engine, "submit_alignment", watched_submit)
-    got = sorted(records(sched, items, check_every=check_every, lag=lag), key=lambda r: r["id"])
+    got = sorted(records(sched, items, check_every=check_every, lag=lag, align_hold=hold), key=lambda r: r["id"])
 
     assert [r["id"] for r in got] == [r["id"] for r in expected] == sorted(i for i, _ in items)
     assert [_without_probabilities(r) for r in got] == [_without_probabilities(r) for r in expected]
@@ -232,7 +236,11 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
     assert all(s["words"] for r in got for s in r["segments"] if s["text"].strip())
     assert spans and set(spans) == {1} and len(spans) == len(submitted)
     assert sum(submitted) == sched.timings["aligned_windows"]
-    assert engine.pending_snapshots() == 0 and not slots.slots_in_use()
+    assert engine.pending_snapshots() == 0 and not slots.slots_in_use() and not slots.held.any()
+    # Windows waited for fuller batches only where the policy lets them; whole batches went.
+    assert (sched.timings["align_held"] > 0) == (hold > 0)
+    if hold:
+        assert 2 in submitted
 
 
 def test_slot_count_does_not_change_results(tiny_en_dir, shared_data) -> None:
