@@ -280,6 +280,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--align-hold", type=int, default=None, metavar="COLLECTS",
                     help="collects a partly filled alignment batch may wait on CUDA (engine/scheduler.py "
                          "ALIGN_HOLD; 0: sent as read, as before; diagnosis)")
+    ap.add_argument("--align-batch", type=int, default=None, metavar="WINDOWS",
+                    help="windows per alignment pass batch (engine/alignment.py MAX_BATCH; diagnosis)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -301,6 +303,10 @@ def _diagnosis(args: argparse.Namespace) -> None:
         from batchscribe.engine import alignment
 
         alignment.LENGTHS = tuple(args.align_lengths)
+    if args.align_batch is not None:
+        from batchscribe.engine import alignment
+
+        alignment.MAX_BATCH = args.align_batch
     if args.align_hold is not None:
         from batchscribe.engine import scheduler
 

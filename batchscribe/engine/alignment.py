@@ -50,6 +50,7 @@ from batchscribe.model.whisper import Whisper
 log = logging.getLogger(__name__)
 LENGTHS = (64, 128, 256)  # token buckets on CUDA, below the model's whole context (448)
 _FIELDS = 4  # the packed input's leading columns: slot, prefix length, text length, frames
+MAX_BATCH = 16  # windows per pass batch, where the slots and the heads' scores allow it
 PROB_ROWS = 2048  # token rows whose vocabulary logits are formed at once (~0.3 GB at 51,864 tokens)
 
 
@@ -113,7 +114,7 @@ class Aligner:
     and queues them `max_batch` at a time (on CUDA, per token bucket)."""
 
     def __init__(self, model: Whisper, cache: DecoderCache, heads: Sequence[tuple[int, int]],  # (layer, head)
-                 eot: int, no_timestamps: int, max_batch: int = 16, graphs: bool = False,
+                 eot: int, no_timestamps: int, max_batch: int | None = None, graphs: bool = False,
                  timings: defaultdict[str, float] | None = None, in_place: bool | None = None):  # fmt: skip
         self.model, self.cache = model, cache
         # The caller's counters (the engine's): batches, their real windows, first-use seconds.
@@ -125,7 +126,9 @@ class Aligner:
         self.fixed = self.device.type == "cuda"  # fixed batch shapes, pinned host buffers, events
         n_ctx, n_audio = model.dims.n_text_ctx, model.dims.n_audio_ctx
         self.lengths = tuple(sorted({n for n in LENGTHS if n < n_ctx} | {n_ctx}))
-        # The heads' float32 scores [B, heads, n_ctx, n_audio] stay under ~1 GiB.
+        # At most MAX_BATCH (None) and the slots; the heads' float32 scores [B, heads, n_ctx, n_audio]
+        # stay under ~1 GiB.
+        max_batch = min(MAX_BATCH, cache.n_slots) if max_batch is None else max_batch
         self.max_batch = max(1, min(max_batch, (1 << 30) // (4 * len(self.heads) * n_ctx * n_audio)))
         self._by_layer: dict[int, list[int]] = {}  # per layer, the heads read there
         for layer, head in self.heads:

@@ -66,7 +66,7 @@ class Engine:
         # Word timestamps: the alignment pass reads the finished windows' cross K/V in their slots.
         self.aligner = None if alignment_heads is None else Aligner(
             model, self.cache, alignment_heads, spec.rules.eot, spec.rules.no_timestamps,
-            max_batch=1 if config.batch_invariant and device.type != "cuda" else min(n_slots, 16),
+            max_batch=1 if config.batch_invariant and device.type != "cuda" else None,
             graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
         # Batch-invariant on the CPU without MKL's reproducible mode: steps on the math attention
