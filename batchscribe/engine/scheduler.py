@@ -42,7 +42,7 @@ from batchscribe.segments import Transcript
 
 log = logging.getLogger(__name__)
 # Collects a partly filled alignment batch may wait for more windows on CUDA (engine/align_queue.py).
-ALIGN_HOLD = 3
+ALIGN_HOLD = 6
 
 
 @dataclass(frozen=True)
