@@ -3,8 +3,11 @@ window's real frames, standardised over its tokens, median-filtered along time (
 the window's own last frame), averaged over the alignment heads.
 
 The median is a selection network of 13 compare-exchanges (min and max only, so exactly the middle
-value a sort gives). On CUDA it is one Triton kernel over every row (each output reads its 7 taps
-once); elsewhere the same network over 7 shifted views in torch.
+value a sort gives). Elsewhere than CUDA every step is torch, the median that network over 7 shifted
+views. On CUDA three Triton kernels do it: each row's softmax over its window's frames; per head
+and block of columns, the mean and deviation over the window's rows and the standardised values;
+per row and block of columns, the median of every head (7 taps each) and their mean. torch's ops
+passed over the [B, heads, L, 1500] float32 scores a dozen times (~0.5 ms a batch on the H100).
 """
 
 from __future__ import annotations
@@ -38,21 +41,27 @@ def batch_matrix(qk: torch.Tensor, rows: Sequence[int] | torch.Tensor, frames: S
     hold the whole function. Every reduction runs over the whole L or A with the window's own mask,
     so at a fixed shape a window's values do not depend on the others'. The torch median runs
     `budget` bytes of windows at a time."""
-    n, (heads, length, audio) = len(rows), qk.shape[1:]
-    dev = qk.device
+    n, dev = len(rows), qk.device
     counts = torch.as_tensor(rows, device=dev)
-    ends = torch.as_tensor(frames, device=dev).contiguous()  # the kernel indexes it as one run
+    ends = torch.as_tensor(frames, device=dev)
     r, f = size if size is not None else (max(rows), max(frames))
+    if on_device(dev):  # where the DTW kernel runs, these do
+        return matrix_kernels(qk[:n], counts, ends, r, f)
+    return matrix_torch(qk[:n], counts, ends, r, f, budget)
+
+
+def matrix_torch(qk: torch.Tensor, counts: torch.Tensor, ends: torch.Tensor, r: int, f: int,
+                 budget: int = 1 << 28) -> torch.Tensor:  # fmt: skip
+    """batch_matrix in torch ops: qk [B, heads, L, A] float32, counts and ends [B] -> [B, r, f]."""
+    n, (heads, length, audio), dev = qk.shape[0], qk.shape[1:], qk.device
     cols = torch.arange(audio, device=dev)[None, :] < ends[:, None]  # [B, A]
     # In place where the values allow it: at the fixed shape each [B, H, L, A] copy is large.
-    x = qk[:n].masked_fill(~cols[:, None, None, :], float("-inf")).softmax(dim=-1)  # [B, H, L, A]
+    x = qk.masked_fill(~cols[:, None, None, :], float("-inf")).softmax(dim=-1)  # [B, H, L, A]
     live = (torch.arange(length, device=dev)[None, :] < counts[:, None]).to(x.dtype)[:, None, :, None]
     denominator = counts.to(x.dtype)[:, None, None, None]
     mean = (x * live).sum(dim=-2, keepdim=True) / denominator
     std = (x - mean).mul_(live).pow_(2).sum(dim=-2, keepdim=True).div_(denominator).sqrt_()
     x = x.sub_(mean).div_(std)[:, :, :r, :f]
-    if on_device(dev):  # where the DTW kernel runs, the median kernel does
-        return median_kernel(x, ends).mean(dim=1)
     step = max(1, budget // (heads * r * f * MEDIAN_WIDTH * 4))
     out = torch.empty(n, r, f, dtype=x.dtype, device=dev)
     for a in range(0, n, step):
@@ -79,13 +88,21 @@ def median_torch(x: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     return torch.where((ends <= half)[:, None, None, None], x, p[3])
 
 
-def median_kernel(x: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
-    """median_torch by one Triton kernel: x [B, H, r, f] float32, ends [B] (on x's device)."""
-    x, ends = x.contiguous(), ends.contiguous()  # read by flat index
-    batch, heads, r, f = x.shape
-    out = torch.empty_like(x)
+def matrix_kernels(qk: torch.Tensor, counts: torch.Tensor, ends: torch.Tensor, r: int, f: int) -> torch.Tensor:
+    """batch_matrix by three Triton kernels: qk [B, heads, L, A] float32, counts and ends [B] on its
+    device -> [B, r, f]. Only queues work (graph-capturable)."""
+    qk, counts, ends = qk.contiguous(), counts.contiguous(), ends.contiguous()
+    batch, heads, length, audio = qk.shape
+    probs = torch.empty_like(qk)
+    _softmax_rows[(batch * heads * length,)](qk, probs, ends, heads * length, audio,
+                                             BLOCK=triton.next_power_of_2(audio), num_warps=8)  # fmt: skip
+    columns = 64
+    _standardise[(batch * heads, triton.cdiv(f, columns))](probs, counts, heads, length, audio, r, f,
+                                                            COLUMNS=columns, num_warps=2)  # fmt: skip
+    out = torch.empty(batch, r, f, dtype=qk.dtype, device=qk.device)
     block = 512
-    _median7[(batch * heads * r, triton.cdiv(f, block))](x, out, ends, heads * r, f, BLOCK=block, num_warps=4)
+    _median7_mean[(batch * r, triton.cdiv(f, block))](probs, out, ends, heads, length, audio, r, f,
+                                                      BLOCK=block, num_warps=4)  # fmt: skip
     return out
 
 
@@ -101,15 +118,45 @@ if triton is not None:
     def _swap(a, b):
         return tl.minimum(a, b), tl.maximum(a, b)
 
-    # The sizes change with the batch's shape: left unspecialised, one compilation.
-    @triton.jit(do_not_specialize=["ROWS_PER_WINDOW", "F"])
-    def _median7(X, Out, Ends, ROWS_PER_WINDOW, F, BLOCK: tl.constexpr):
+    # The sizes change with the batch's shape: left unspecialised, one compilation each.
+    @triton.jit(do_not_specialize=["ROWS_PER_WINDOW", "A"])
+    def _softmax_rows(X, Out, Ends, ROWS_PER_WINDOW, A, BLOCK: tl.constexpr):
+        """One row of one head: softmax over the window's frames [0, end); 0 beyond them."""
         row = tl.program_id(0).to(tl.int64)
-        t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         end = tl.load(Ends + row // ROWS_PER_WINDOW).to(tl.int32)
-        src = X + row * F
-        p0, p1, p2 = _tap(src, t, 0, end, F), _tap(src, t, 1, end, F), _tap(src, t, 2, end, F)
-        p3, p4, p5, p6 = _tap(src, t, 3, end, F), _tap(src, t, 4, end, F), _tap(src, t, 5, end, F), _tap(src, t, 6, end, F)
+        cols = tl.arange(0, BLOCK)
+        x = tl.load(X + row * A + cols, mask=cols < end, other=float("-inf"))
+        e = tl.exp(x - tl.max(x, axis=0))
+        tl.store(Out + row * A + cols, e / tl.sum(e, axis=0), mask=cols < A)
+
+    @triton.jit(do_not_specialize=["HEADS", "L", "A", "R", "F"])
+    def _standardise(P, Counts, HEADS, L, A, R, F, COLUMNS: tl.constexpr):
+        """One head of one window, COLUMNS columns: mean and deviation over the window's rows
+        [0, count) (population, as openai's std_mean(unbiased=False)), then rows [0, R) standardised
+        in place."""
+        pair = tl.program_id(0).to(tl.int64)  # window * HEADS + head
+        count = tl.load(Counts + pair // HEADS).to(tl.int32)
+        cols = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+        live = cols < F
+        src = P + pair * L * A + cols
+        total = tl.zeros([COLUMNS], tl.float32)
+        for t in range(0, count):
+            total += tl.load(src + t * A, mask=live, other=0.0)
+        mean = total / count
+        spread = tl.zeros([COLUMNS], tl.float32)
+        for t in range(0, count):
+            d = tl.load(src + t * A, mask=live, other=0.0) - mean
+            spread += d * d
+        std = tl.sqrt(spread / count)
+        for t in range(0, R):
+            x = tl.load(src + t * A, mask=live, other=0.0)
+            tl.store(src + t * A, (x - mean) / std, mask=live)
+
+    @triton.jit
+    def _median_row(row, t, end, F):
+        """Row `row`'s width-7 median at columns t, mirrored at `end` (unchanged where end <= 3)."""
+        p0, p1, p2 = _tap(row, t, 0, end, F), _tap(row, t, 1, end, F), _tap(row, t, 2, end, F)
+        p3, p4, p5, p6 = _tap(row, t, 3, end, F), _tap(row, t, 4, end, F), _tap(row, t, 5, end, F), _tap(row, t, 6, end, F)
         # MEDIAN7, in order.
         p0, p5 = _swap(p0, p5)
         p0, p3 = _swap(p0, p3)
@@ -124,5 +171,17 @@ if triton is not None:
         p1, p4 = _swap(p1, p4)
         p1, p3 = _swap(p1, p3)
         p3, p4 = _swap(p3, p4)
-        here = tl.load(src + t, mask=t < F, other=0.0)
-        tl.store(Out + row * F + t, tl.where(end <= 3, here, p3), mask=t < F)
+        here = tl.load(row + t, mask=t < F, other=0.0)
+        return tl.where(end <= 3, here, p3)
+
+    @triton.jit(do_not_specialize=["HEADS", "L", "A", "R", "F"])
+    def _median7_mean(P, Out, Ends, HEADS, L, A, R, F, BLOCK: tl.constexpr):
+        """One row t < R of one window, BLOCK columns: each head's median, then their mean."""
+        at = tl.program_id(0).to(tl.int64)  # window * R + t
+        window, t = at // R, at % R
+        cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        end = tl.load(Ends + window).to(tl.int32)
+        total = tl.zeros([BLOCK], tl.float32)
+        for h in range(0, HEADS):
+            total += _median_row(P + ((window * HEADS + h) * L + t) * A, cols, end, F)
+        tl.store(Out + at * F + cols, total / HEADS, mask=cols < F)

@@ -40,24 +40,31 @@ def test_a_window_is_the_same_alone_and_in_a_batch() -> None:
                                    equal_nan=True)  # fmt: skip
 
 
-MEDIAN_INTERPRETED = """
+MATRIX_INTERPRETED = """
 import torch
-from batchscribe.engine.align_matrix import median_kernel, median_torch
-x = torch.randn(6, 3, 5, 40, generator=torch.Generator().manual_seed(2))
-ends = torch.tensor([40, 3, 1, 17, 4, 9])
-table = torch.stack([torch.zeros(6, dtype=torch.long), ends], dim=1)  # ends as a strided column
-got, want = median_kernel(x, table[:, 1]), median_torch(x, ends)
-for b, end in enumerate(ends.tolist()):
-    assert torch.equal(got[b, ..., :end], want[b, ..., :end]), b
+from batchscribe.engine.align_matrix import matrix_kernels, matrix_torch
+ROWS, FRAMES = %r, %r
+gen = torch.Generator().manual_seed(2)
+qk = torch.randn(len(ROWS) + 2, 3, 16, 300, generator=gen) * 3  # 2 padding windows, a fixed size
+# The lengths as columns of one table, as the alignment pass packs them (strided views).
+table = torch.tensor([[0, r, f] for r, f in zip(ROWS, FRAMES)] + [[0, 3, 1]] * 2)
+got = matrix_kernels(qk, table[:, 1], table[:, 2], 16, 300)
+want = matrix_torch(qk, table[:, 1].contiguous(), table[:, 2].contiguous(), 16, 300)
+assert got.shape == want.shape == (len(ROWS) + 2, 16, 300)
+for b, (n, f) in enumerate(zip(ROWS, FRAMES)):
+    torch.testing.assert_close(got[b, :n, :f], want[b, :n, :f], rtol=1e-5, atol=1e-5, equal_nan=True)
+    alone = matrix_kernels(qk[b : b + 1], table[b : b + 1, 1], table[b : b + 1, 2], 16, 300)
+    assert torch.equal(alone[0, :n, :f].nan_to_num(), got[b, :n, :f].nan_to_num()), b
 print("ok")
-"""
+""" % ([min(r, 16) for r in ROWS], [min(f, 300) for f in FRAMES])  # 16 rows, 300 frames: the interpreter is slow
 
 
-def test_the_median_kernel_in_the_interpreter_equals_the_torch_network(triton_interpreter) -> None:
-    """The Triton median (CUDA's) and the torch network (the CPU's, checked against openai's
-    median_filter above) give the same values over each window's frames."""
+def test_the_kernels_in_the_interpreter_equal_the_torch_ops(triton_interpreter) -> None:
+    """CUDA's three kernels (softmax, standardising, median and head mean; run by Triton's
+    interpreter) against the torch ops the CPU runs (checked against openai's steps above), and a
+    window's values the same alone and in a batch."""
     pytest.importorskip("triton")
-    assert triton_interpreter(MEDIAN_INTERPRETED) == ["ok"]
+    assert triton_interpreter(MATRIX_INTERPRETED) == ["ok"]
 
 
 @pytest.mark.gpu
@@ -73,13 +80,21 @@ def test_on_cuda_the_matrix_equals_the_cpus() -> None:
         torch.testing.assert_close(gpu[b, :n, :f], cpu[b, :n, :f], rtol=1e-4, atol=1e-4, equal_nan=True)
 
 
-def test_the_median_kernel_compiles_for_hopper() -> None:
-    """What the interpreter cannot check: the kernel's types, compiled by Triton's own compiler."""
+def test_the_kernels_compile_for_hopper() -> None:
+    """What the interpreter cannot check: the kernels' types, compiled by Triton's own compiler."""
     pytest.importorskip("triton")
     compiler = pytest.importorskip("triton.compiler")
     from batchscribe.engine import align_matrix
 
     target = pytest.importorskip("triton.backends.compiler").GPUTarget("cuda", 90, 32)
-    signature = {"X": "*fp32", "Out": "*fp32", "Ends": "*i64", "ROWS_PER_WINDOW": "i32", "F": "i32", "BLOCK": "constexpr"}
-    source = compiler.ASTSource(fn=align_matrix._median7, signature=signature, constexprs={"BLOCK": 512})
-    assert compiler.compile(source, target=target).asm["cubin"]
+    sizes = {"HEADS": "i32", "L": "i32", "A": "i32", "R": "i32", "F": "i32"}
+    kernels = [
+        (align_matrix._softmax_rows, {"X": "*fp32", "Out": "*fp32", "Ends": "*i64", "ROWS_PER_WINDOW": "i32",
+                                      "A": "i32", "BLOCK": "constexpr"}, {"BLOCK": 2048}),
+        (align_matrix._standardise, {"P": "*fp32", "Counts": "*i64", **sizes, "COLUMNS": "constexpr"}, {"COLUMNS": 64}),
+        (align_matrix._median7_mean, {"P": "*fp32", "Out": "*fp32", "Ends": "*i64", **sizes, "BLOCK": "constexpr"},
+         {"BLOCK": 512}),
+    ]  # fmt: skip
+    for fn, signature, constexprs in kernels:
+        source = compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs)
+        assert compiler.compile(source, target=target).asm["cubin"], fn
