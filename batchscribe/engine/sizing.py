@@ -60,3 +60,21 @@ def host_memory_bytes() -> int:
 def host_audio_bytes(engines: int = 1) -> int:
     """The default budget of decoded audio for each of `engines` engines on this machine."""
     return int(host_memory_bytes() * HOST_AUDIO_FRACTION) // max(1, engines)
+
+
+def gpus_on_this_machine(proc: str = "/proc/driver/nvidia/gpus") -> int:
+    """NVIDIA GPUs on this machine, whatever CUDA_VISIBLE_DEVICES shows (a Ray GPU actor sees only
+    its own): the driver's entries, 1 where it lists none."""
+    try:
+        return max(1, len(os.listdir(proc)))
+    except OSError:
+        return 1
+
+
+def actor_audio_bytes(audio_memory: int | None, on_gpu: bool, gpus: int) -> int | None:
+    """A Ray actor's audio budget: as asked for, else on a GPU the default split among the machine's
+    `gpus` (Ray places up to one GPU actor per GPU on a node, and each takes its own budget); None
+    elsewhere (the engine's own default)."""
+    if audio_memory is not None or not on_gpu:
+        return audio_memory
+    return host_audio_bytes(engines=gpus)

@@ -103,8 +103,19 @@ class Transcribe:
     def __init__(self, model: str = "tiny.en", *, cache_dir: str | None = None, decode: DecodeOptions | None = None,
                  engine: EngineOptions | None = None, audio_column: str = "audio", id_column: str = "id",
                  describe: bool = False, read: Mapping[str, Any] | None = None, **options: Any) -> None:  # fmt: skip
-        from batchscribe.api import Transcriber
+        import dataclasses
 
+        import torch
+
+        from batchscribe.api import Transcriber
+        from batchscribe.engine.sizing import actor_audio_bytes, gpus_on_this_machine
+
+        # Several GPU actors share a node's memory: by default each takes its share of the audio
+        # budget (`engine` as the driver passes it; engine keywords in `options` keep the default).
+        if engine is not None:
+            on_gpu = engine.device != "cpu" and torch.cuda.is_available()
+            budget = actor_audio_bytes(engine.audio_memory, on_gpu, gpus_on_this_machine() if on_gpu else 1)
+            engine = dataclasses.replace(engine, audio_memory=budget)
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
         self.feed = Feed(self.transcriber)  # one engine stream for every call, however many run at once
         # How a raw row is decoded here: decode_batch's keywords (the driver passes the run's columns)

@@ -34,3 +34,18 @@ def test_the_audio_budget_is_a_quarter_of_the_machine_split_among_its_engines(mo
     assert sizing.host_audio_bytes(engines=8) == ram // 4 // 8
     monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
     assert sizing.host_audio_bytes(engines=2) == 8 << 30
+
+
+def test_gpus_on_this_machine_counts_the_drivers_entries(tmp_path: Path) -> None:
+    proc = tmp_path / "gpus"
+    assert sizing.gpus_on_this_machine(str(proc)) == 1  # no NVIDIA driver: one engine
+    for bus in ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"):
+        (proc / bus).mkdir(parents=True)
+    assert sizing.gpus_on_this_machine(str(proc)) == 3
+
+
+def test_a_ray_gpu_actor_takes_its_share_of_the_machines_budget(monkeypatch) -> None:
+    monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
+    assert sizing.actor_audio_bytes(None, on_gpu=True, gpus=8) == 2 << 30  # a quarter, split 8 ways
+    assert sizing.actor_audio_bytes(None, on_gpu=False, gpus=8) is None  # the CPU engine's own default
+    assert sizing.actor_audio_bytes(5 << 30, on_gpu=True, gpus=8) == 5 << 30  # --audio-memory as given

@@ -198,6 +198,10 @@ def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) 
     records = [json.loads(r) for r in got["record"]]
     assert [r["speaker"] for r in records] == [7, 8, 9] and [r.get("reference") for r in records][0] == "one"
     assert got["error"][1] is not None and got["error"][0] is None
+    # A CPU actor keeps the engine's own default budget (a GPU actor's is split by its node's GPUs).
+    from batchscribe.engine.sizing import host_audio_bytes
+
+    assert actor.transcriber.scheduler().engine.config.audio_memory == host_audio_bytes()
 
 
 def test_an_actor_hands_the_engine_views_of_arrow_samples_or_copies_in_its_arena(
