@@ -3,8 +3,10 @@
 `batchscribe.dtw` fills a batch one anti-diagonal at a time on the host: ~N + M numpy steps per
 look, a few milliseconds per window. On CUDA the same fill is one Triton kernel: one program per
 window, one lane per matrix row, the anti-diagonals in a loop inside the kernel (its cells do not
-depend on each other; a barrier orders one diagonal's stores before the next one's loads). The
-totals are float32 and each cell's sum is formed in float64 and rounded once, as openai's
+depend on each other). The last two diagonals' totals stay in registers, each lane reading the
+row above's by a lane shift (`tl.gather`), so a diagonal waits on no memory round trip: with the
+totals in global memory and a barrier per diagonal, a window took ~0.5 us a diagonal on the H100.
+The totals are float32 and each cell's sum is formed in float64 and rounded once, as openai's
 `dtw_cpu` forms it, so paths and ties are the host's, bit for bit. The same program then walks its
 window's path back from the last cell (one scalar step at a time, every window at once), and only
 the paths come back to the host.
@@ -44,28 +46,34 @@ if triton is not None:
 
     # The sizes change with every batch: left unspecialised, one compilation per lane count.
     @triton.jit(do_not_specialize=["DIAGONALS", "WIDTH", "STEPS"])
-    def _dtw(Cost, Total, Trace, Shapes, PathRow, PathCol, Steps, DIAGONALS, WIDTH, STEPS, BLOCK: tl.constexpr):
+    def _dtw(Cost, Trace, Shapes, PathRow, PathCol, Steps, DIAGONALS, WIDTH, STEPS, BLOCK: tl.constexpr):
         window = tl.program_id(0).to(tl.int64)
-        lane = tl.arange(0, BLOCK) + 1  # matrix row i = lane (row 0 is the boundary)
+        at = tl.arange(0, BLOCK)
+        lane = at + 1  # matrix row i = lane (row 0 is the boundary)
         real = lane < WIDTH
+        above = tl.maximum(at - 1, 0)  # where lane - 1 is held (lane 1's row above is the boundary)
         base = window * DIAGONALS * WIDTH
         n = tl.load(Shapes + 2 * window)
         m = tl.load(Shapes + 2 * window + 1)
+        # Totals of diagonals d - 2 and d - 1 at lanes 1..BLOCK: +inf on diagonals 0 and 1, and past
+        # WIDTH. The boundary row 0 holds 0 on diagonal 0 only.
+        before = tl.full([BLOCK], float("inf"), tl.float32)
+        last = tl.full([BLOCK], float("inf"), tl.float32)
         # Only the window's own diagonals: its last cell (n - 1, m - 1) is on diagonal n + m, and a
         # batch padded to a fixed size would otherwise walk every window through the largest's.
         for d in range(2, n + m + 1):
-            prev, prev2 = base + (d - 1) * WIDTH, base + (d - 2) * WIDTH
-            diag = tl.load(Total + prev2 + lane - 1, mask=real, other=float("inf"))
-            up = tl.load(Total + prev + lane - 1, mask=real, other=float("inf"))
-            left = tl.load(Total + prev + lane, mask=real, other=float("inf"))
+            diag = tl.where(at == 0, tl.where(d == 2, 0.0, float("inf")), tl.gather(before, above, 0))
+            up = tl.where(at == 0, float("inf"), tl.gather(last, above, 0))
+            left = last
             take_diag = (diag < up) & (diag < left)
             take_up = (up < diag) & (up < left) & (take_diag == 0)
             best = tl.where(take_diag, diag, tl.where(take_up, up, left))
             here = base + d * WIDTH + lane
             x = tl.load(Cost + here, mask=real, other=float("inf"))
-            tl.store(Total + here, (x + best.to(tl.float64)).to(tl.float32), mask=real)
+            before = last
+            last = tl.where(real, (x + best.to(tl.float64)).to(tl.float32), float("inf"))
             tl.store(Trace + here, tl.where(take_diag, 0, tl.where(take_up, 1, 2)).to(tl.int8), mask=real)
-            tl.debug_barrier()
+        tl.debug_barrier()  # the walk's scalar loads read other lanes' trace stores
         # The walk back from the window's last cell (`dtw.backtrace`), last step first; row 0 and
         # column 0 of the full matrix lead left and up.
         i = n.to(tl.int64)
@@ -108,14 +116,12 @@ def launch(skewed: torch.Tensor, shapes: torch.Tensor) -> tuple[torch.Tensor, to
     batch, diagonals, width = skewed.shape
     dev = skewed.device
     shapes = shapes.contiguous()  # read by flat index (a column of a wider table would not be)
-    total = torch.full((batch, diagonals, width), float("inf"), dtype=torch.float32, device=dev)
-    total[:, 0, 0] = 0.0
     trace = torch.full((batch, diagonals, width), -1, dtype=torch.int8, device=dev)
     steps = diagonals - 1  # a path has at most N + M steps
     both = torch.empty(2, batch, steps, dtype=torch.int32, device=dev)  # rows, cols: each a contiguous [B, steps]
     counts = torch.empty(batch, dtype=torch.int32, device=dev)
     block = lanes(width - 1)
-    _dtw[(batch,)](skewed, total, trace, shapes, both[0], both[1], counts, diagonals, width, steps,
+    _dtw[(batch,)](skewed, trace, shapes, both[0], both[1], counts, diagonals, width, steps,
                    BLOCK=block, num_warps=max(1, min(8, block // 32)))  # fmt: skip
     return both, counts
 

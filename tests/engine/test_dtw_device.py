@@ -49,7 +49,7 @@ def test_the_kernel_compiles_for_hopper(block: int) -> None:
     pytest.importorskip("triton")
     compiler = pytest.importorskip("triton.compiler")
     target = pytest.importorskip("triton.backends.compiler").GPUTarget("cuda", 90, 32)
-    signature = {"Cost": "*fp64", "Total": "*fp32", "Trace": "*i8", "Shapes": "*i32", "PathRow": "*i32",
+    signature = {"Cost": "*fp64", "Trace": "*i8", "Shapes": "*i32", "PathRow": "*i32",
                  "PathCol": "*i32", "Steps": "*i32", "DIAGONALS": "i32", "WIDTH": "i32", "STEPS": "i32",
                  "BLOCK": "constexpr"}  # fmt: skip
     source = compiler.ASTSource(fn=dtw_device._dtw, signature=signature, constexprs={"BLOCK": block})
