@@ -282,6 +282,8 @@ def _parser() -> argparse.ArgumentParser:
                          "ALIGN_HOLD; 0: sent as read, as before; diagnosis)")
     ap.add_argument("--align-batch", type=int, default=None, metavar="WINDOWS",
                     help="windows per alignment pass batch (engine/alignment.py MAX_BATCH; diagnosis)")
+    ap.add_argument("--align-stream", action="store_true",
+                    help="the alignment pass on a CUDA stream of its own (engine/alignment.py SIDE_STREAM; diagnosis)")
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--stall-dump", type=float, default=0, metavar="SECONDS",
                     help="print every thread's stack if the program still runs after SECONDS "
@@ -303,10 +305,11 @@ def _diagnosis(args: argparse.Namespace) -> None:
         from batchscribe.engine import alignment
 
         alignment.LENGTHS = tuple(args.align_lengths)
-    if args.align_batch is not None:
+    if args.align_batch is not None or args.align_stream:
         from batchscribe.engine import alignment
 
-        alignment.MAX_BATCH = args.align_batch
+        alignment.MAX_BATCH = args.align_batch or alignment.MAX_BATCH
+        alignment.SIDE_STREAM = args.align_stream
     if args.align_hold is not None:
         from batchscribe.engine import scheduler
 

@@ -19,6 +19,11 @@ graphs each bucket's whole pass, DTW included, is captured the second time it is
 runs eagerly, its warm-up; `warm_up` does both before a run for all but the largest bucket) and
 replayed: one launch, one copy in and three back per batch.
 
+With SIDE_STREAM (off until measured on a GPU) the pass runs on a stream of its own, beside the
+decode steps queued after it: it starts once the work queued before it is done, and whatever may
+rewrite a slot (an admission, a compaction) first makes its stream wait for the passes queued so
+far (`fence`).
+
 The pass is split so that the host need not wait for it: `submit` queues every batch (its input
 from a pinned buffer of its own, its outputs' copies into pinned host buffers of their own right
 behind its replay, since a bucket's graph outputs are rewritten by its next replay, then an event)
@@ -51,6 +56,7 @@ log = logging.getLogger(__name__)
 LENGTHS = (64, 128, 256)  # token buckets on CUDA, below the model's whole context (448)
 _FIELDS = 4  # the packed input's leading columns: slot, prefix length, text length, frames
 MAX_BATCH = 16  # windows per pass batch, where the slots and the heads' scores allow it
+SIDE_STREAM = False  # on CUDA, the pass on a stream of its own beside the decode steps
 PROB_ROWS = 2048  # token rows whose vocabulary logits are formed at once (~0.3 GB at 51,864 tokens)
 
 
@@ -146,6 +152,8 @@ class Aligner:
             self._head_index = {layer: torch.tensor(row, dtype=torch.int32, device=self.device) for layer, row in index.items()}
         self.graphs = PassGraphs(self._forward, self.device, _FIELDS) if graphs and self.fixed else None
         self._seen: set[int] = set()  # buckets run once (eagerly): the next use captures
+        self.stream = torch.cuda.Stream(self.device) if self.fixed and SIDE_STREAM else None
+        self._done: torch.cuda.Event | None = None  # recorded after the last pass on `stream`
 
     def warm_up(self) -> None:
         """Both DTW kernel sizes and one batch of the smallest bucket before the run, so their
@@ -166,11 +174,29 @@ class Aligner:
         """The pass over `windows`, waited for."""
         return self.submit(windows).result()
 
-    @torch.no_grad()
     def submit(self, windows: Sequence[AlignWindow]) -> PendingAlignment:
         """Queue the pass over `windows` (on CUDA nothing here waits for the device, but a bucket's
         first capture). Their slots must hold their cross K/V as of the work queued so far; work
-        queued after this call (an admission, a compaction) may rewrite them: stream order."""
+        queued after this call may rewrite them (stream order; with a side stream, once it has
+        called `fence`)."""
+        if self.stream is None:
+            return self._submit(windows)
+        self.stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self.stream):
+            pending = self._submit(windows)
+        self._done = torch.cuda.Event()
+        self._done.record(self.stream)
+        return pending
+
+    def fence(self) -> None:
+        """Make the current stream's later work wait for every pass queued so far (on the side
+        stream; nothing to do without one). Queues a wait: the host does not block."""
+        if self._done is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._done)
+            self._done = None
+
+    @torch.no_grad()
+    def _submit(self, windows: Sequence[AlignWindow]) -> PendingAlignment:
         batches: list[tuple[list[int], _Queued]] = []
         for length, todo in self._groups(windows).items():
             done = 0

@@ -127,6 +127,8 @@ class Engine:
     @torch.no_grad()
     def admit(self, requests: Sequence[WindowRequest], slots: Sequence[int]) -> None:
         """Encode a group of windows together and set up their slots (free ones); only queues work."""
+        if self.aligner is not None:
+            self.aligner.fence()  # a slot refilled here may be one a queued pass still reads
         t0 = time.perf_counter()
         staged = self.staging.stage(requests, slots)
         t1 = time.perf_counter()
@@ -191,6 +193,8 @@ class Engine:
     def compact(self) -> int:
         """Move the tail's running windows into the rows finished ones left (Slots.compact, the K/V
         cache with them); returns the rows now in use."""
+        if self.aligner is not None:
+            self.aligner.fence()
         return self.slots.compact(self.cache.tensors())
 
     def hold_for_alignment(self, slots: Sequence[int]) -> None:

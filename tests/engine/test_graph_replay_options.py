@@ -30,6 +30,22 @@ def test_graph_replay_equals_eager_with_words(tiny_en_dir, utterances) -> None:
     assert all(r["words"] and all(s["words"] for s in r["segments"]) for r in graphed if r["text"].strip())
 
 
+def test_the_pass_on_its_own_stream_gives_the_same_records(tiny_en_dir, utterances, monkeypatch) -> None:
+    """The alignment pass on a side stream (alignment.SIDE_STREAM) beside the decode steps: the
+    same records as on the steps' stream, with admissions refilling the slots it reads (8 slots,
+    12 items), which wait for it (`fence`)."""
+    from batchscribe.api import Transcriber
+    from batchscribe.engine import alignment
+
+    t = Transcriber(str(tiny_en_dir), device="cuda", batch_size=8, word_timestamps=True, **GREEDY)
+    same = records(t.scheduler(), utterances[:12])
+    monkeypatch.setattr(alignment, "SIDE_STREAM", True)
+    beside = t.build_scheduler()
+    assert beside.engine.aligner.stream is not None and t.scheduler().engine.aligner.stream is None
+    assert records(beside, utterances[:12]) == same
+    assert any(r["words"] for r in same)
+
+
 def test_graph_replay_equals_eager_with_a_prompt(tiny_en_dir, utterances) -> None:
     graphed, plain, engine = _replay_and_eager(tiny_en_dir, utterances, initial_prompt=PROMPT, batch_invariant=False)
     assert graphed == plain
