@@ -158,6 +158,21 @@ class Engine:
         self.slots.claim([r.key for r in requests], [r.temperature for r in requests], slots,
                          [r.sot_index for r in requests])
 
+    def reset(self) -> None:
+        """Forget every window a stream given up on left (its consumer stopped early): the queued
+        snapshots (waited for, so their buffers can be reused), the occupied and held slots, their
+        rows' running flags (so they step as inert rows) and the staged samples. Nothing to do after
+        a stream that ran to its end."""
+        slots = self.slots
+        if not (self.snapshots.pending or slots.occupied.any() or slots.held.any()):
+            return
+        while self.snapshots.pending:
+            self.snapshots.spare.append(self.snapshots.wait())
+        slots.clear()
+        if self.aligner is not None:
+            self.aligner.fence()  # a pass still queued on its side stream reads the slots
+        self.staging.release()
+
     def release_staging(self) -> None:
         """Let go of the pinned samples the last admissions were copied from; only once a later
         snapshot has been waited for."""

@@ -126,7 +126,7 @@ class Scheduler:
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         if engine.aligner is not None:
             run.held = AlignQueue(engine.aligner, policy.align_hold)
-        engine.slots.held[:] = False  # a stream given up on may have left some
+        engine.reset()  # a stream given up on may have left windows in the slots
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
         self.windows.trims.reset()  # counts this stream's long --prompt-column prompts

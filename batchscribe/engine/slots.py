@@ -126,6 +126,13 @@ class Slots:
         self.temperatures[slot] = 0.0
         self.positions[slot] = 0
 
+    def clear(self) -> None:
+        """Free every slot, held ones too, and stop their rows on the device (inert from now on)."""
+        for slot in np.flatnonzero(self.occupied).tolist():
+            self.release(slot)
+        self.held[:] = False
+        self.state.running.fill_(False)
+
     def kv_bound(self, n_rows: int, steps: int) -> int:
         """The longest self-attention length rows [0, n_rows) reach within `steps` steps."""
         return min(int(self.positions[:n_rows].max()) + steps, self.n_ctx)
