@@ -6,8 +6,8 @@ The median is a selection network of 13 compare-exchanges (min and max only, so 
 value a sort gives). Elsewhere than CUDA every step is torch, the median that network over 7 shifted
 views. On CUDA three Triton kernels do it: each row's softmax over its window's frames; per head
 and block of columns, the mean and deviation over the window's rows and the standardised values;
-per row and block of columns, the median of every head (7 taps each) and their mean. torch's ops
-passed over the [B, heads, L, 1500] float32 scores a dozen times (~0.5 ms a batch on the H100).
+per row and block of columns, the median of every head (7 taps each) and their mean: three passes
+over the [B, heads, L, 1500] float32 scores where torch's ops took a dozen (docs/GPU_NOTES.md).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Finished windows waiting for the alignment pass until their batch is fuller.
 
 On CUDA the pass runs batches of one fixed shape per token bucket (`Aligner.max_batch` windows), so
-a batch of 3 windows costs the device as much as one of 16: sent as each collect reads them, W1's
-batches held 7.7 windows of 16 on average. So a window whose words are timed may wait here, its slot
+a batch of 3 windows costs the device as much as one of 16, and sent as each collect reads them,
+W1's batches were half padding (docs/GPU_NOTES.md). So a window whose words are timed may wait here, its slot
 kept out of admission (`Slots.held`: the pass reads its cross K/V in place), until its bucket has a
 whole batch, or the oldest window of the bucket has waited `max_age` collects, or the scheduler sends
 everything (nothing else runs, fewer windows run than a batch holds, a compaction is next).

@@ -4,8 +4,8 @@
 look, a few milliseconds per window. On CUDA the same fill is one Triton kernel: one program per
 window, one lane per matrix row, the anti-diagonals in a loop inside the kernel (its cells do not
 depend on each other). The last two diagonals' totals stay in registers, each lane reading the
-row above's by a lane shift (`tl.gather`), so a diagonal waits on no memory round trip: with the
-totals in global memory and a barrier per diagonal, a window took ~0.5 us a diagonal on the H100.
+row above's by a lane shift (`tl.gather`), so a diagonal waits on no memory round trip (with the
+totals in global memory it waited on one and a barrier per diagonal: docs/GPU_NOTES.md).
 The totals are float32 and each cell's sum is formed in float64 and rounded once, as openai's
 `dtw_cpu` forms it, so paths and ties are the host's, bit for bit. The same program then walks its
 window's path back from the last cell (one scalar step at a time, every window at once), and only
