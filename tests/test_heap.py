@@ -29,8 +29,10 @@ def test_what_lived_before_is_frozen_inside_and_collectable_after() -> None:
         frozen = gc.get_freeze_count()
         assert frozen >= len(before)
         assert gc.get_threshold() == (STREAM_GEN0, 10, 10)
-        young = [[] for _ in range(10)]
-        assert gc.get_freeze_count() == frozen  # made inside: collected as usual
+        young = [[] for _ in range(1000)]
+        # Made inside: not frozen, collected as usual. (Frozen objects that another thread lets go
+        # of meanwhile leave the permanent generation: the count may fall, never rise by these.)
+        assert gc.get_freeze_count() <= frozen
         cycle = [young]  # a cycle made inside is still garbage the collector finds
         cycle.append(cycle)
         del cycle
@@ -56,9 +58,14 @@ def test_a_heap_frozen_by_the_caller_stays_as_they_set_it() -> None:
     gc.set_threshold(700, 10, 10)
     gc.freeze()
     theirs = gc.get_freeze_count()
+    fresh = [[] for _ in range(1000)]  # not frozen: a second freeze on entry would take them in
     with stream_collector():
         assert gc.get_threshold() == (700, 10, 10)
-    assert gc.get_freeze_count() == theirs
+        # Neither frozen again (+1,000) nor unfrozen (0). Frozen objects another thread lets go of
+        # meanwhile (an earlier test's) leave the permanent generation: the count may fall a little.
+        assert theirs - 500 < gc.get_freeze_count() <= theirs
+    assert theirs - 500 < gc.get_freeze_count() <= theirs
+    del fresh
 
 
 def test_a_stream_runs_under_it_and_restores_the_collector_when_it_ends(tiny_en_dir: Path) -> None:
