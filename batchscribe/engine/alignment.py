@@ -225,14 +225,12 @@ class Aligner:
         elsewhere 0: one group, padded to its longest window."""
         if not self.fixed:
             return 0
-        need = len(window.prefix) + len(window.text_tokens) + 2
-        return next(b for b in self.lengths if b >= need)
+        return next(b for b in self.lengths if b >= _length(window))
 
     def _groups(self, windows: Sequence[AlignWindow]) -> dict[int, list[int]]:
         """Window indices by the sequence length their batch is padded to (see `bucket`)."""
         if not self.fixed:
-            longest = max((len(w.prefix) + len(w.text_tokens) + 2 for w in windows), default=0)
-            return {longest: list(range(len(windows)))} if windows else {}
+            return {max(map(_length, windows)): list(range(len(windows)))} if windows else {}
         groups: dict[int, list[int]] = {}
         for k, w in enumerate(windows):
             groups.setdefault(self.bucket(w), []).append(k)
@@ -352,6 +350,11 @@ class Aligner:
         if scores is None:
             scores = torch.stack([picked[h] for h in self.heads], dim=1)
         return dec.layer_norm(x), scores
+
+
+def _length(window: AlignWindow) -> int:
+    """The window's token row: prefix, <|notimestamps|>, text, <|endoftext|>."""
+    return len(window.prefix) + len(window.text_tokens) + 2
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:

@@ -105,15 +105,14 @@ class Transcribe:
                  describe: bool = False, read: Mapping[str, Any] | None = None, **options: Any) -> None:  # fmt: skip
         import dataclasses
 
-        import torch
-
         from batchscribe.api import Transcriber
+        from batchscribe.engine.setup import resolve_device
         from batchscribe.engine.sizing import actor_audio_bytes, gpus_on_this_machine
 
         # Several GPU actors share a node's memory: by default each takes its share of the audio
         # budget (`engine` as the driver passes it; engine keywords in `options` keep the default).
         if engine is not None:
-            on_gpu = engine.device != "cpu" and torch.cuda.is_available()
+            on_gpu = resolve_device(engine.device).type == "cuda"
             budget = actor_audio_bytes(engine.audio_memory, on_gpu, gpus_on_this_machine() if on_gpu else 1)
             engine = dataclasses.replace(engine, audio_memory=budget)
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)

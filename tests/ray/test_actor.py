@@ -175,7 +175,7 @@ def test_ray_refuses_repeated_ids_naming_them_before_anything_is_written(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
-def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) -> None:
+def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On the CPU the pipeline has no decode tasks: the actor gets the raw rows and `read=` (the
     run's columns). Its records must equal those of the same rows decoded first by decode_batch,
     the GPU path's CPU stage: the reference text, passthrough columns and a bad file's error too."""
@@ -188,6 +188,9 @@ def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) 
            "sound": np.array([{"bytes": _flac(0.6), "path": None}, {"bytes": BAD, "path": None},
                               {"bytes": _flac(1.1), "path": None}], dtype=object),
            "text": np.array(["one", "two", "three"], dtype=object), "speaker": np.array([7, 8, 9])}  # fmt: skip
+    from batchscribe.engine import sizing
+
+    monkeypatch.setattr(sizing, "gpus_on_this_machine", lambda: 4)  # a GPU node's, which a CPU actor ignores
     actor = Transcribe(str(tiny_en_dir), engine=EngineOptions(device="cpu", batch_size=4), read=read)
     got, want = actor(raw), actor(decode_batch(raw, **read))
     assert {k: list(v) for k, v in got.items()} == {k: list(v) for k, v in want.items()}
@@ -199,9 +202,7 @@ def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path) 
     assert [r["speaker"] for r in records] == [7, 8, 9] and [r.get("reference") for r in records][0] == "one"
     assert got["error"][1] is not None and got["error"][0] is None
     # A CPU actor keeps the engine's own default budget (a GPU actor's is split by its node's GPUs).
-    from batchscribe.engine.sizing import host_audio_bytes
-
-    assert actor.transcriber.scheduler().engine.config.audio_memory == host_audio_bytes()
+    assert actor.transcriber.scheduler().engine.config.audio_memory == sizing.host_audio_bytes()
 
 
 def test_an_actor_hands_the_engine_views_of_arrow_samples_or_copies_in_its_arena(
