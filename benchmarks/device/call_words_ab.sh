@@ -6,7 +6,8 @@
 # alternated in fresh processes, ROUNDS times (default 2); this tree's words also with each of
 # VARIANTS, W1 arguments separated by ';' (default "--align-hold 0;--align-hold 6": collects a
 # partly filled alignment batch may wait).
-# Each run's whole output is in $OUT/LABEL.txt.
+# Each run's whole output is in $OUT/LABEL.txt. BASE_COMMIT "-" runs this tree alone (no .stage/base:
+# the call then has room to carry .stage/p2 and run stage_b.sh first).
 #   bash benchmarks/device/call_words_ab.sh COMMIT BASE_COMMIT
 set -u
 source benchmarks/device/env.sh
@@ -26,9 +27,9 @@ w1() {  # TREE COMMIT LABEL W1-ARGS...
 # JIT-compiles them, past the rounds' 90 s limit.
 LIMIT=300 w1 $PWD $commit warm_up --word-timestamps
 for r in $(seq ${ROUNDS:-2}); do
-    w1 $PWD/.stage/base $base base_plain_$r --configs auto:auto
+    [ "$base" = - ] || w1 $PWD/.stage/base $base base_plain_$r --configs auto:auto
     w1 $PWD $commit new_plain_$r --configs auto:auto
-    w1 $PWD/.stage/base $base base_words_$r --word-timestamps
+    [ "$base" = - ] || w1 $PWD/.stage/base $base base_words_$r --word-timestamps
     w1 $PWD $commit new_words_$r --word-timestamps
     IFS=';' read -ra variants <<< "${VARIANTS---align-hold 0;--align-hold 6}"
     for v in "${variants[@]}"; do
