@@ -19,9 +19,10 @@ w1() {  # TREE COMMIT LABEL W1-ARGS...
     local tree=$1 at=$2 label=$3; shift 3
     (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$tree BATCHSCRIBE_COMMIT=$at \
         timeout ${LIMIT:-90} python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append "$@") > $OUT/$label.txt 2>&1
-    # One line per run (a call brings back only a few files): throughput and the pass's batches.
+    # One line per run (a call brings back only a few files): throughput, the pass's batches, and
+    # the host stages that tell a run slowed by the machine (wait_input: the decode threads) apart.
     echo "$label: $(grep -E "RTFx" $OUT/$label.txt | head -1 | cut -c1-80)" \
-        "$(grep -oE "'align_(batches|held|wait)': [0-9.]+" $OUT/$label.txt | tr '\n' ' ')" | tee -a $OUT/summary.txt
+        "$(grep -oE "'(align_(batches|held|wait)|wait_input|finish)': [0-9.]+" $OUT/$label.txt | tr '\n' ' ')" | tee -a $OUT/summary.txt
 }
 # Untimed first: on a machine without FlashInfer's prebuilt modules (aot_modules.sh) the first run
 # JIT-compiles them, past the rounds' 90 s limit.
@@ -36,3 +37,10 @@ for r in $(seq ${ROUNDS:-2}); do
         w1 $PWD $commit "new_words_$(echo $v | tr -d ' -')_$r" --word-timestamps $v
     done
 done
+# PROFILE=N: one more words run under torch.profiler, its top N host ops and kernels printed here
+# (stdout comes back whole; its file may not: a call returns only ~8 files).
+if [ "${PROFILE:-0}" -gt 0 ]; then
+    LIMIT=200 w1 $PWD $commit new_words_profile --word-timestamps --profile $PROFILE
+    grep -E -A$((PROFILE + 4)) "=== .*(host ops|device kernels)" $OUT/new_words_profile.txt | cut -c1-160
+    grep "device busy" $OUT/new_words_profile.txt | head -1
+fi
