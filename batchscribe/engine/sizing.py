@@ -71,10 +71,7 @@ def gpus_on_this_machine(proc: str = "/proc/driver/nvidia/gpus") -> int:
         return 1
 
 
-def actor_audio_bytes(audio_memory: int | None, on_gpu: bool, gpus: int) -> int | None:
-    """A Ray actor's audio budget: as asked for, else on a GPU the default split among the machine's
-    `gpus` (Ray places up to one GPU actor per GPU on a node, and each takes its own budget); None
-    elsewhere (the engine's own default)."""
-    if audio_memory is not None or not on_gpu:
-        return audio_memory
-    return host_audio_bytes(engines=gpus)
+def actor_audio_bytes(audio_memory: int | None, sharing: int) -> int:
+    """A Ray actor's audio budget: as asked for, else the machine's default split among the
+    `sharing` actors that may run on it (each takes its own budget, on a GPU or a CPU node alike)."""
+    return audio_memory if audio_memory is not None else host_audio_bytes(engines=sharing)

@@ -87,6 +87,24 @@ def _plain(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value.tolist() if isinstance(value, np.ndarray) else value
 
 
+def cpu_actor_room() -> int:
+    """How many actors with this one's CPUs Ray may place on its node: the node's CPUs over the
+    CPUs Ray assigned to it; 1 outside a Ray actor (ray not imported or not initialised, a driver,
+    a task) or for an actor assigned no CPUs."""
+    import sys
+
+    ray = sys.modules.get("ray")  # a Ray worker has imported it; importing it here would cost ~1 s
+    if ray is None or not ray.is_initialized():
+        return 1
+    context = ray.get_runtime_context()
+    if context.get_actor_id() is None:  # a driver or a task: no actor's resources to ask about
+        return 1
+    own = context.get_assigned_resources().get("CPU", 0.0)
+    node = context.get_node_id()
+    total = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("NodeID") == node), 0.0)
+    return max(1, int(total // own)) if own > 0 else 1
+
+
 class Transcribe:
     """`Dataset.map_batches(Transcribe, fn_constructor_kwargs={...}, num_gpus=1, concurrency=N)`.
 
@@ -98,23 +116,31 @@ class Transcribe:
     finish, instead of the engine draining at the end of every call.
     `describe=True` adds a `describe` column (the engine's resolved identity, as JSON), which the
     `batchscribe run --ray` driver checks against the folder before committing anything.
+    Without `--audio-memory` each actor's decoded-audio budget is a share of its machine's default
+    (engine/sizing.py), split among as many actors as may run there: at most `peers` (the pool's
+    size), one per GPU for GPU actors, the node's CPUs over the actor's for CPU actors.
     """
 
     def __init__(self, model: str = "tiny.en", *, cache_dir: str | None = None, decode: DecodeOptions | None = None,
                  engine: EngineOptions | None = None, audio_column: str = "audio", id_column: str = "id",
-                 describe: bool = False, read: Mapping[str, Any] | None = None, **options: Any) -> None:  # fmt: skip
+                 describe: bool = False, read: Mapping[str, Any] | None = None, peers: int | None = None,
+                 **options: Any) -> None:  # fmt: skip
         import dataclasses
 
         from batchscribe.api import Transcriber
         from batchscribe.engine.setup import resolve_device
         from batchscribe.engine.sizing import actor_audio_bytes, gpus_on_this_machine
 
-        # Several GPU actors share a node's memory: by default each takes its share of the audio
-        # budget (`engine` as the driver passes it; engine keywords in `options` keep the default).
-        if engine is not None:
-            on_gpu = resolve_device(engine.device).type == "cuda"
-            budget = actor_audio_bytes(engine.audio_memory, on_gpu, gpus_on_this_machine() if on_gpu else 1)
-            engine = dataclasses.replace(engine, audio_memory=budget)
+        # Several actors share a node's memory: by default each takes its share of the audio budget.
+        # Ray places at most one GPU actor per GPU, and CPU actors by their CPUs; `peers` (the pool's
+        # size, which the driver passes) bounds both. Engine keywords in `options` (device=...) are
+        # Transcriber's spelling of the same EngineOptions.
+        if engine is None:
+            given = [f.name for f in dataclasses.fields(EngineOptions) if f.name in options]
+            engine = EngineOptions(**{k: options.pop(k) for k in given})
+        room = gpus_on_this_machine() if resolve_device(engine.device).type == "cuda" else cpu_actor_room()
+        budget = actor_audio_bytes(engine.audio_memory, min(room, peers or room))
+        engine = dataclasses.replace(engine, audio_memory=budget)
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
         self.feed = Feed(self.transcriber)  # one engine stream for every call, however many run at once
         # How a raw row is decoded here: decode_batch's keywords (the driver passes the run's columns)

@@ -228,7 +228,7 @@ class _Stages:
             num_gpus=self.gpus, num_cpus=self._actor_cpus(),
             fn_constructor_kwargs={"model": self.opts.model, "cache_dir": _str(self.opts.cache_dir),
                                    "decode": self.opts.decode, "describe": True, "read": self.read,
-                                   "engine": dataclasses.replace(engine, device=device)})  # fmt: skip
+                                   "engine": dataclasses.replace(engine, device=device), "peers": self.plan.workers})  # fmt: skip
         for table in ds.iter_batches(batch_format="pyarrow", batch_size=None):
             yield from table.to_pylist()
 

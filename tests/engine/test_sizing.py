@@ -44,8 +44,8 @@ def test_gpus_on_this_machine_counts_the_drivers_entries(tmp_path: Path) -> None
     assert sizing.gpus_on_this_machine(str(proc)) == 3
 
 
-def test_a_ray_gpu_actor_takes_its_share_of_the_machines_budget(monkeypatch) -> None:
+def test_a_ray_actor_takes_its_share_of_the_machines_budget(monkeypatch) -> None:
     monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
-    assert sizing.actor_audio_bytes(None, on_gpu=True, gpus=8) == 2 << 30  # a quarter, split 8 ways
-    assert sizing.actor_audio_bytes(None, on_gpu=False, gpus=8) is None  # the CPU engine's own default
-    assert sizing.actor_audio_bytes(5 << 30, on_gpu=True, gpus=8) == 5 << 30  # --audio-memory as given
+    assert sizing.actor_audio_bytes(None, sharing=8) == 2 << 30  # a quarter, split 8 ways
+    assert sizing.actor_audio_bytes(None, sharing=1) == 16 << 30  # alone: the engine's own default
+    assert sizing.actor_audio_bytes(5 << 30, sharing=8) == 5 << 30  # --audio-memory as given

@@ -252,6 +252,52 @@ def test_an_actor_hands_the_engine_views_of_arrow_samples_or_copies_in_its_arena
                 assert arena.holds(audio)
 
 
+def test_each_actor_takes_its_share_of_its_machines_audio_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every actor on a node holds decoded audio up to its own budget: by default the machine's,
+    split among as many actors as may run there (at most the pool's size; one per GPU; the node's
+    CPUs over the actor's for CPU actors, which Ray packs by CPUs). A quarter of the memory each
+    would overcommit it with five actors. --audio-memory is taken as given. The engine is a
+    stand-in that keeps the options it was built with."""
+    import torch
+
+    import batchscribe.api
+    import batchscribe.engine.setup
+    from batchscribe.config import EngineOptions
+    from batchscribe.engine import sizing
+    from batchscribe.ray import actor as actor_module
+
+    class Engine:
+        def __init__(self, model: str = "", engine: EngineOptions | None = None, **kwargs: object) -> None:
+            self.engine_options, self.kwargs = engine, kwargs
+
+        def describe(self) -> dict[str, object]:
+            return {}
+
+        def host_allocator(self) -> None:
+            return None
+
+    monkeypatch.setattr(batchscribe.api, "Transcriber", Engine)
+    monkeypatch.setattr(batchscribe.engine.setup, "resolve_device", lambda name: torch.device(name))
+    monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)  # a quarter: 16 GiB
+    monkeypatch.setattr(sizing, "gpus_on_this_machine", lambda: 8)
+    monkeypatch.setattr(actor_module, "cpu_actor_room", lambda: 4)
+
+    def budget(**kwargs: object) -> int | None:
+        return actor_module.Transcribe(**kwargs).transcriber.engine_options.audio_memory
+
+    cpu, gpu = EngineOptions(device="cpu"), EngineOptions(device="cuda")
+    assert budget(engine=cpu) == 4 << 30  # four CPU actors fit the node
+    assert budget(engine=cpu, peers=2) == 8 << 30  # a pool of two
+    assert budget(engine=cpu, peers=16) == 4 << 30
+    assert budget(engine=gpu) == 2 << 30  # eight GPUs
+    assert budget(engine=gpu, peers=1) == 16 << 30
+    assert budget(engine=EngineOptions(device="cpu", audio_memory=5 << 30), peers=2) == 5 << 30
+    # Transcriber's engine keywords are the same EngineOptions, split alike.
+    keywords = actor_module.Transcribe(device="cpu", batch_size=4, peers=2).transcriber
+    assert keywords.engine_options == EngineOptions(device="cpu", batch_size=4, audio_memory=8 << 30)
+    assert not {"device", "batch_size"} & set(keywords.kwargs)  # not given twice
+
+
 def test_ray_on_a_local_cluster_checks_the_model_before_anything_starts(tmp_path: Path, tiny_en_dir: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """An unknown model or a language it cannot do is the plain run's usage error with a local

@@ -68,6 +68,20 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=2 * RUN_TIMEOUT_S)
 
 
+def test_a_cpu_actors_room_is_its_nodes_cpus_over_its_own(cluster: str) -> None:
+    """Ray's own view, in a real actor: the 2-CPU cluster holds 4 actors of 0.5 CPU and 8 of 0.25
+    (their audio budgets split that many ways); the driver, assigned no CPUs, is one."""
+    from batchscribe.ray.actor import cpu_actor_room
+
+    class Probe:
+        def room(self) -> int:
+            return cpu_actor_room()
+
+    rooms = [ray.get(ray.remote(num_cpus=cpus)(Probe).remote().room.remote()) for cpus in (0.5, 0.25)]
+    assert rooms == [4, 8]
+    assert cpu_actor_room() == 1
+
+
 def test_two_actors_over_40_rows_equal_a_plain_run(rows: Path, model_cache: Path, cluster: str,
                                                     tmp_path: Path) -> None:  # fmt: skip
     plain = _run(command(rows, tmp_path / "plain", model_cache, "jsonl", 8, 1)[:-1])  # with its WER report
