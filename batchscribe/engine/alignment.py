@@ -87,10 +87,19 @@ class _Queued:
     ready: torch.cuda.Event | None  # recorded after the copies (CUDA); None: already on the host
     packed: torch.Tensor  # the batch's input [B', 4 + L] on the host: kept until its copy in has run
 
-    def alignments(self) -> list[Alignment]:
-        """The batch's windows' alignments, once the copies have landed (waits for them)."""
+    def alignments(self, clock: defaultdict[str, float]) -> list[Alignment]:
+        """The batch's windows' alignments, once the copies have landed (waits for them; the
+        seconds waited and unpacking go to `clock`)."""
+        t0 = time.perf_counter()
         if self.ready is not None:
             self.ready.synchronize()
+        t1 = time.perf_counter()
+        clock["align_sync_s"] += t1 - t0
+        out = self._unpack()
+        clock["align_unpack_s"] += time.perf_counter() - t1
+        return out
+
+    def _unpack(self) -> list[Alignment]:
         n = len(self.text_lengths)
         if isinstance(self.path, list):
             paths = self.path
@@ -104,13 +113,14 @@ class PendingAlignment:
     """An alignment pass queued by `Aligner.submit`; `result()` waits for it (only on CUDA) and
     gives one Alignment per submitted window, in order."""
 
-    def __init__(self, n_windows: int, batches: list[tuple[list[int], _Queued]]):  # (window indices, batch)
-        self.n_windows, self.batches = n_windows, batches
+    def __init__(self, n_windows: int, batches: list[tuple[list[int], _Queued]],  # (window indices, batch)
+                 clock: defaultdict[str, float]):  # fmt: skip
+        self.n_windows, self.batches, self.clock = n_windows, batches, clock
 
     def result(self) -> list[Alignment]:
         out: list[Alignment | None] = [None] * self.n_windows
         for part, batch in self.batches:
-            for k, alignment in zip(part, batch.alignments()):
+            for k, alignment in zip(part, batch.alignments(self.clock)):
                 out[k] = alignment
         return out  # type: ignore[return-value]
 
@@ -218,7 +228,7 @@ class Aligner:
                         torch.cuda.empty_cache()
                     continue
                 done += len(part)
-        return PendingAlignment(len(windows), batches)
+        return PendingAlignment(len(windows), batches, self.timings)
 
     def bucket(self, window: AlignWindow) -> int:
         """The sequence length `window`'s batch is padded to on CUDA (the bucket of its own length);
@@ -237,8 +247,12 @@ class Aligner:
         return groups
 
     def _batch(self, windows: Sequence[AlignWindow], length: int) -> _Queued:
-        """Queue one batch's pass and its copies back (on the CPU: compute it)."""
+        """Queue one batch's pass and its copies back (on the CPU: compute it). The host's seconds
+        go to the caller's counters by part (pack, launch, copies), for benchmarks."""
+        clock, t0 = self.timings, time.perf_counter()
         packed = self._pack(windows, length)  # [B', 4 + L] long, host
+        t1 = time.perf_counter()
+        clock["align_pack_s"] += t1 - t0
         if self.fixed:
             size = (length, self.model.dims.n_audio_ctx)
         else:  # the CPU computes only what its windows cover
@@ -246,16 +260,15 @@ class Aligner:
         self.timings["align_batches"] += 1
         self.timings["align_batch_windows"] += len(windows)
         if self.graphs is not None and length in self._seen:
-            t0 = time.perf_counter()
             new = length not in self.graphs.captured
             probs, path = self.graphs.run(packed, size)
-            if new:
-                self.timings["align_capture_s"] += time.perf_counter() - t0
+            t2 = time.perf_counter()
+            clock["align_capture_s" if new else "align_replay_s"] += t2 - t1
         else:
             self._seen.add(length)
-            t0 = time.perf_counter()
             probs, path = self._forward(packed.to(self.device, non_blocking=True), size)
-            self.timings["align_eager_s"] += time.perf_counter() - t0
+            t2 = time.perf_counter()
+            clock["align_eager_s"] += t2 - t1
         # NOTE: a replay's outputs are its bucket's static buffers, rewritten by the next replay of
         # that bucket: these copies are queued before it, so stream order keeps them intact.
         if not isinstance(path, list):  # the device DTW: ([2, B', steps], [B']) int32
@@ -265,6 +278,7 @@ class Aligner:
         if self.fixed:
             ready = torch.cuda.Event()
             ready.record()
+        clock["align_copies_s"] += time.perf_counter() - t2
         return _Queued(tuple(len(w.text_tokens) for w in windows), probs, path, ready, packed)
 
     def _pack(self, windows: Sequence[AlignWindow], length: int) -> torch.Tensor:

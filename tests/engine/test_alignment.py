@@ -60,6 +60,21 @@ def test_out_of_memory_halves_the_batch_and_loses_no_window(tiny_en_dir, utteran
         assert [list(p) for p in ours.path] == [list(p) for p in theirs.path]
 
 
+def test_the_pass_counts_its_batches_and_times_its_host_parts(tiny_en_dir, utterances) -> None:
+    """The engine's counters (benchmarks print them) get each batch, its windows, and the host's
+    seconds by part: packing, the eager pass (the CPU has no graphs), the wait and the unpacking."""
+    from tests.engine.helpers import aligner_over
+
+    tiny, audios, windows = _decoded(tiny_en_dir, utterances, 5)
+    aligner = aligner_over(tiny.model, audios, tiny.tokenizer.eot, tiny.tokenizer.no_timestamps, max_batch=2)
+    aligner(windows)
+    clock = aligner.timings
+    assert (clock["align_batches"], clock["align_batch_windows"]) == ((len(windows) + 1) // 2, len(windows))
+    assert min(clock[k] for k in ("align_pack_s", "align_eager_s", "align_copies_s", "align_unpack_s")) > 0
+    assert clock["align_sync_s"] >= 0 and "align_replay_s" not in clock
+    assert clock["align_eager_s"] > clock["align_pack_s"]  # the pass itself is the CPU's work
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_en_dir, utterances) -> None:
