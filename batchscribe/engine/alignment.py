@@ -257,8 +257,8 @@ class Aligner:
             size = (length, self.model.dims.n_audio_ctx)
         else:  # the CPU computes only what its windows cover
             size = (max(len(w.text_tokens) for w in windows) + 1, max(w.num_frames // 2 for w in windows))
-        self.timings["align_batches"] += 1
-        self.timings["align_batch_windows"] += len(windows)
+        clock["align_batches"] += 1
+        clock["align_batch_windows"] += len(windows)
         if self.graphs is not None and length in self._seen:
             new = length not in self.graphs.captured
             probs, path = self.graphs.run(packed, size)
