@@ -19,10 +19,10 @@ w1() {  # TREE COMMIT LABEL W1-ARGS...
     local tree=$1 at=$2 label=$3; shift 3
     (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$tree BATCHSCRIBE_COMMIT=$at \
         timeout ${LIMIT:-90} python3 w1_tiny.py --parquet $P --replicate 10 --peer-batch --no-append "$@") > $OUT/$label.txt 2>&1
-    # One line per run (a call brings back only a few files): throughput, the pass's batches, and
+    # One line per run (a call brings back only a few files): throughput, the pass's counters, and
     # the host stages that tell a run slowed by the machine (wait_input: the decode threads) apart.
     echo "$label: $(grep -E "RTFx" $OUT/$label.txt | head -1 | cut -c1-80)" \
-        "$(grep -oE "'(align_(batches|held|wait)|wait_input|finish)': [0-9.]+" $OUT/$label.txt | tr '\n' ' ')" | tee -a $OUT/summary.txt
+        "$(grep -oE "'(align[a-z_]*|wait_input|finish)': [0-9.]+" $OUT/$label.txt | tr '\n' ' ')" | tee -a $OUT/summary.txt
 }
 # Untimed first: on a machine without FlashInfer's prebuilt modules (aot_modules.sh) the first run
 # JIT-compiles them, past the rounds' 90 s limit.
