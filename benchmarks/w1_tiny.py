@@ -280,6 +280,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--align-hold", type=int, default=None, metavar="COLLECTS",
                     help="collects a partly filled alignment batch may wait on CUDA (engine/scheduler.py "
                          "ALIGN_HOLD; 0: sent as read, as before; diagnosis)")
+    ap.add_argument("--align-lag", type=int, default=None, metavar="COLLECTS",
+                    help="collects a queued alignment pass waits beyond the next before being settled "
+                         "(engine/scheduler.py ALIGN_LAG; diagnosis)")
     ap.add_argument("--align-batch", type=int, default=None, metavar="WINDOWS",
                     help="windows per alignment pass batch (engine/alignment.py MAX_BATCH; diagnosis)")
     ap.add_argument("--align-stream", action="store_true",
@@ -314,6 +317,10 @@ def _diagnosis(args: argparse.Namespace) -> None:
         from batchscribe.engine import scheduler
 
         scheduler.ALIGN_HOLD = args.align_hold
+    if args.align_lag is not None:
+        from batchscribe.engine import scheduler
+
+        scheduler.ALIGN_LAG = args.align_lag
     from batchscribe.audio import pool  # light: the decoders, not torch
 
     if args.in_flight_per_worker is not None:

@@ -11,9 +11,9 @@ a record).
 
 With word timestamps, the windows of a read whose words are timed are judged and held
 (engine/align_queue.py) until their alignment batch is full enough to send, a few collects at most;
-once their pass is queued they wait (`_Aligning`) until the next collect, which first settles them
-once the pass's copies have landed: their words attached, their items yielded or their next windows
-queued. Always by counts of collects, never "when ready", so the schedule (and every record) is the
+once their pass is queued they wait (`_Aligning`) until the next collect (`align_lag` collects
+later), which first settles them once the pass's copies have landed: their words attached, their
+items yielded or their next windows queued. Always by counts of collects, never "when ready", so the schedule (and every record) is the
 same however fast the device is, and the device steps the look queued since while the host waits
 and folds. The loop ends only after a collect with no slot in use: it sends every held window, and
 the next such collect settles them; every window having been read, nothing new is sent then.
@@ -43,6 +43,10 @@ from batchscribe.segments import Transcript
 log = logging.getLogger(__name__)
 # Collects a partly filled alignment batch may wait for more windows on CUDA (engine/align_queue.py).
 ALIGN_HOLD = 6
+# Collects a queued alignment pass waits beyond the next before being settled, on CUDA. 0: the next
+# collect settles it, waiting on the device for the pass just queued behind the previous look; 1
+# lets the host fold other windows meanwhile (not yet measured on a GPU: docs/GPU_NOTES.md).
+ALIGN_LAG = 0
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class SchedulePolicy:
     max_live_samples: int | None = None
     # Collects a partly filled alignment batch may wait for more finished windows (0: sent at once).
     align_hold: int = 0
+    # Collects a queued alignment pass waits beyond the next one before being settled (0: the next).
+    align_lag: int = 0
 
     @classmethod
     def for_engine(cls, engine: Engine) -> SchedulePolicy:
@@ -70,16 +76,19 @@ class SchedulePolicy:
         cuda = engine.device.type == "cuda"
         return cls(check_every=engine.steps_per_look, lag=1 if cuda else 0, admit_min=max(1, engine.n_slots // 4),
                    looks_before_admission=2 if engine.graphs is not None else 0,
-                   max_live_samples=engine.config.audio_memory // 4, align_hold=ALIGN_HOLD if cuda else 0)  # fmt: skip
+                   max_live_samples=engine.config.audio_memory // 4, align_hold=ALIGN_HOLD if cuda else 0,
+                   align_lag=ALIGN_LAG if cuda else 0)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class _Aligning:
-    """Windows whose alignment pass is queued (one send): settled by the next collect."""
+    """Windows whose alignment pass is queued (one send): settled by the next collect, or
+    `align_lag` collects after it."""
 
     keys: list[int]
     verdicts: list[Judged]
     words: PendingAlignment  # one alignment per key, in order
+    sent: int  # the collect that queued the pass (_Run.collects)
 
 
 @dataclass
@@ -91,8 +100,10 @@ class _Run:
     # key -> item with a window queued, in a slot, or being aligned
     live: dict[int, ItemProgress] = field(default_factory=dict)
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
-    aligning: list[_Aligning] = field(default_factory=list)  # the last collect's passes
+    aligning: list[_Aligning] = field(default_factory=list)  # queued passes not yet settled, oldest first
     held: AlignQueue | None = None  # windows waiting for a fuller alignment batch (word timestamps)
+    align_lag: int = 0  # the policy's: collects a queued pass waits beyond the next
+    collects: int = 0  # collects so far
     next_key: int = 0
     live_samples: int = 0  # the audio the live items hold
     held_back: bool = False  # the audio budget has kept an item out (said once a stream)
@@ -125,7 +136,7 @@ class Scheduler:
         the scheduler steps what it has and asks again on its next turn."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         if engine.aligner is not None:
-            run.held = AlignQueue(engine.aligner, policy.align_hold)
+            run.held, run.align_lag = AlignQueue(engine.aligner, policy.align_hold), policy.align_lag
         engine.reset()  # a stream given up on may have left windows in the slots
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
@@ -243,10 +254,12 @@ class Scheduler:
     def _collect(self, run: _Run, keep: int, drain: bool = False) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
         items that have no audio left, requeue the others' next windows. First settle what the
-        previous collect sent to the alignment pass; what this one sends waits for the next
-        (`drain`: send every held window, as nothing runs)."""
+        previous collect sent to the alignment pass (or `align_lag` collects before it); what this
+        one sends waits for the next (`drain`: settle every pass and send every held window, as
+        nothing runs)."""
         engine = self.engine
-        yield from self._settle_aligned(run)
+        run.collects += 1
+        yield from self._settle_aligned(run, everything=drain)
         while engine.pending_snapshots() > keep:
             with self._timed("wait_snapshot"):
                 snap = engine.wait_snapshot()  # on the GPU: the look before the newest is done
@@ -304,14 +317,16 @@ class Scheduler:
         if due:
             with self._timed("align"):
                 words = self.engine.submit_alignment([h.request for h in due])
-            run.aligning.append(_Aligning([h.key for h in due], [h.verdict for h in due], words))
+            run.aligning.append(_Aligning([h.key for h in due], [h.verdict for h in due], words, run.collects))
             self.timings["aligned_windows"] += len(due)
             self.timings["align_sends"] += 1
 
-    def _settle_aligned(self, run: _Run) -> Iterator[Transcript]:
-        """Settle the windows sent to the alignment pass since the last settling, in the order they
-        were read, each pass waited for (on CUDA: its copies' event)."""
-        pending, run.aligning = run.aligning, []
+    def _settle_aligned(self, run: _Run, everything: bool) -> Iterator[Transcript]:
+        """Settle the windows sent to the alignment pass at least `align_lag` + 1 collects ago (all
+        with `everything`), in the order they were read, each pass waited for (on CUDA: its copies'
+        event)."""
+        due = len(run.aligning) if everything else sum(run.collects - a.sent > run.align_lag for a in run.aligning)
+        pending, run.aligning = run.aligning[:due], run.aligning[due:]  # sent in order: the due come first
         for aligning in pending:
             with self._timed("align_wait"):  # the wait, then the paths unpacked
                 alignments = aligning.words.result()
