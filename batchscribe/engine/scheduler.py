@@ -13,10 +13,11 @@ With word timestamps, the windows of a read whose words are timed are judged and
 (engine/align_queue.py) until their alignment batch is full enough to send, a few collects at most;
 once their pass is queued they wait (`_Aligning`) until the next collect (`align_lag` collects
 later), which first settles them once the pass's copies have landed: their words attached, their
-items yielded or their next windows queued. Always by counts of collects, never "when ready", so the schedule (and every record) is the
-same however fast the device is, and the device steps the look queued since while the host waits
-and folds. The loop ends only after a collect with no slot in use: it sends every held window, and
-the next such collect settles them; every window having been read, nothing new is sent then.
+items yielded or their next windows queued. Always by counts of collects, never "when ready", so
+the schedule (and every record) is the same however fast the device is, and the device steps the
+look queued since while the host waits and folds. The loop ends only after a collect with no slot
+in use: it sends every held window, and the next such collect settles them (and every pass still
+waiting); every window having been read, nothing new is sent then.
 NOTE: the pass reads each window's cross K/V from the slot its read freed. Until the pass is queued
 that slot is held out of admission, and every held window is sent before a compaction, so stream
 order keeps the slot intact for the pass.
