@@ -11,9 +11,9 @@ a record).
 
 With word timestamps, the windows of a read whose words are timed are judged and held
 (engine/align_queue.py) until their alignment batch is full enough to send, a few collects at most;
-once their pass is queued they wait (`_Aligning`) until the next collect (`align_lag` collects
-later), which first settles them once the pass's copies have landed: their words attached, their
-items yielded or their next windows queued. Always by counts of collects, never "when ready", so
+once their pass is queued they wait (`_Aligning`) until the next collect (or `align_lag` collects
+after it), which first settles them once the pass's copies have landed: their words attached,
+their items yielded or their next windows queued. Always by counts of collects, never "when ready", so
 the schedule (and every record) is the same however fast the device is, and the device steps the
 look queued since while the host waits and folds. The loop ends only after a collect with no slot
 in use: it sends every held window, and the next such collect settles them (and every pass still
