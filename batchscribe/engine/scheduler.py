@@ -103,7 +103,6 @@ class _Run:
     queue: deque[int] = field(default_factory=deque)  # keys whose next window waits for a slot
     aligning: list[_Aligning] = field(default_factory=list)  # queued passes not yet settled, oldest first
     held: AlignQueue | None = None  # windows waiting for a fuller alignment batch (word timestamps)
-    align_lag: int = 0  # the policy's: collects a queued pass waits beyond the next
     collects: int = 0  # collects so far
     next_key: int = 0
     live_samples: int = 0  # the audio the live items hold
@@ -137,7 +136,7 @@ class Scheduler:
         the scheduler steps what it has and asks again on its next turn."""
         policy, run, engine = policy or self.policy, _Run(iter(items)), self.engine
         if engine.aligner is not None:
-            run.held, run.align_lag = AlignQueue(engine.aligner, policy.align_hold), policy.align_lag
+            run.held = AlignQueue(engine.aligner, policy.align_hold)
         engine.reset()  # a stream given up on may have left windows in the slots
         self.marks.clear()
         self.marks["start"] = time.perf_counter()
@@ -164,7 +163,7 @@ class Scheduler:
             with self._timed("step_launch"):
                 n_rows = self._compact(run, policy, n_rows)
                 self._advance(n_rows, policy)
-            yield from self._collect(run, keep=policy.lag)
+            yield from self._collect(run, keep=policy.lag, align_lag=policy.align_lag)
 
     def _pull(self, run: _Run, policy: SchedulePolicy, free: int) -> Iterator[Transcript]:
         """Read items until a group's worth of windows is queued (at most `free`, the free slots):
@@ -252,7 +251,7 @@ class Scheduler:
         self.timings["steps"] += policy.check_every
         self.timings["row_steps"] += n_rows * policy.check_every
 
-    def _collect(self, run: _Run, keep: int, drain: bool = False) -> Iterator[Transcript]:
+    def _collect(self, run: _Run, keep: int, drain: bool = False, align_lag: int = 0) -> Iterator[Transcript]:
         """Fold in the finished windows of every queued snapshot but the newest `keep`; yield the
         items that have no audio left, requeue the others' next windows. First settle what the
         previous collect sent to the alignment pass (or `align_lag` collects before it); what this
@@ -260,7 +259,7 @@ class Scheduler:
         nothing runs)."""
         engine = self.engine
         run.collects += 1
-        yield from self._settle_aligned(run, everything=drain)
+        yield from self._settle_aligned(run, None if drain else align_lag)
         while engine.pending_snapshots() > keep:
             with self._timed("wait_snapshot"):
                 snap = engine.wait_snapshot()  # on the GPU: the look before the newest is done
@@ -322,11 +321,10 @@ class Scheduler:
             self.timings["aligned_windows"] += len(due)
             self.timings["align_sends"] += 1
 
-    def _settle_aligned(self, run: _Run, everything: bool) -> Iterator[Transcript]:
-        """Settle the windows sent to the alignment pass at least `align_lag` + 1 collects ago (all
-        with `everything`), in the order they were read, each pass waited for (on CUDA: its copies'
-        event)."""
-        due = len(run.aligning) if everything else sum(run.collects - a.sent > run.align_lag for a in run.aligning)
+    def _settle_aligned(self, run: _Run, lag: int | None) -> Iterator[Transcript]:
+        """Settle the windows sent to the alignment pass at least `lag` + 1 collects ago (every one
+        with None), in the order they were read, each pass waited for (on CUDA: its copies' event)."""
+        due = len(run.aligning) if lag is None else sum(run.collects - a.sent > lag for a in run.aligning)
         pending, run.aligning = run.aligning[:due], run.aligning[due:]  # sent in order: the due come first
         for aligning in pending:
             with self._timed("align_wait"):  # the wait, then the paths unpacked

@@ -69,9 +69,3 @@ def gpus_on_this_machine(proc: str = "/proc/driver/nvidia/gpus") -> int:
         return max(1, len(os.listdir(proc)))
     except OSError:
         return 1
-
-
-def actor_audio_bytes(audio_memory: int | None, sharing: int) -> int:
-    """A Ray actor's audio budget: as asked for, else the machine's default split among the
-    `sharing` actors that may run on it (each takes its own budget, on a GPU or a CPU node alike)."""
-    return audio_memory if audio_memory is not None else host_audio_bytes(engines=sharing)

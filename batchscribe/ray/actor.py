@@ -13,6 +13,7 @@ whole verbose_json record as JSON, exactly what `batchscribe run` writes.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -91,8 +92,6 @@ def cpu_actor_room() -> int:
     """How many actors with this one's CPUs Ray may place on its node: the node's CPUs over the
     CPUs Ray assigned to it; 1 outside a Ray actor (ray not imported or not initialised, a driver,
     a task) or for an actor assigned no CPUs."""
-    import sys
-
     ray = sys.modules.get("ray")  # a Ray worker has imported it; importing it here would cost ~1 s
     if ray is None or not ray.is_initialized():
         return 1
@@ -129,7 +128,7 @@ class Transcribe:
 
         from batchscribe.api import Transcriber
         from batchscribe.engine.setup import resolve_device
-        from batchscribe.engine.sizing import actor_audio_bytes, gpus_on_this_machine
+        from batchscribe.engine.sizing import gpus_on_this_machine, host_audio_bytes
 
         # Several actors share a node's memory: by default each takes its share of the audio budget.
         # Ray places at most one GPU actor per GPU, and CPU actors by their CPUs; `peers` (the pool's
@@ -138,9 +137,9 @@ class Transcribe:
         if engine is None:
             given = [f.name for f in dataclasses.fields(EngineOptions) if f.name in options]
             engine = EngineOptions(**{k: options.pop(k) for k in given})
-        room = gpus_on_this_machine() if resolve_device(engine.device).type == "cuda" else cpu_actor_room()
-        budget = actor_audio_bytes(engine.audio_memory, min(room, peers or room))
-        engine = dataclasses.replace(engine, audio_memory=budget)
+        if engine.audio_memory is None:
+            room = gpus_on_this_machine() if resolve_device(engine.device).type == "cuda" else cpu_actor_room()
+            engine = dataclasses.replace(engine, audio_memory=host_audio_bytes(engines=min(room, peers or room)))
         self.transcriber = Transcriber(model=model, cache_dir=cache_dir, decode=decode, engine=engine, **options)
         self.feed = Feed(self.transcriber)  # one engine stream for every call, however many run at once
         # How a raw row is decoded here: decode_batch's keywords (the driver passes the run's columns)

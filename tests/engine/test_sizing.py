@@ -42,10 +42,3 @@ def test_gpus_on_this_machine_counts_the_drivers_entries(tmp_path: Path) -> None
     for bus in ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0"):
         (proc / bus).mkdir(parents=True)
     assert sizing.gpus_on_this_machine(str(proc)) == 3
-
-
-def test_a_ray_actor_takes_its_share_of_the_machines_budget(monkeypatch) -> None:
-    monkeypatch.setattr(sizing, "host_memory_bytes", lambda: 64 << 30)
-    assert sizing.actor_audio_bytes(None, sharing=8) == 2 << 30  # a quarter, split 8 ways
-    assert sizing.actor_audio_bytes(None, sharing=1) == 16 << 30  # alone: the engine's own default
-    assert sizing.actor_audio_bytes(5 << 30, sharing=8) == 5 << 30  # --audio-memory as given

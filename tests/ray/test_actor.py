@@ -201,7 +201,7 @@ def test_a_cpu_actor_decodes_raw_rows_as_the_decode_tasks_do(tiny_en_dir: Path, 
     records = [json.loads(r) for r in got["record"]]
     assert [r["speaker"] for r in records] == [7, 8, 9] and [r.get("reference") for r in records][0] == "one"
     assert got["error"][1] is not None and got["error"][0] is None
-    # A CPU actor keeps the engine's own default budget (a GPU actor's is split by its node's GPUs).
+    # Outside Ray a CPU actor is alone on its machine: the engine's own default budget, whatever the GPUs.
     assert actor.transcriber.scheduler().engine.config.audio_memory == sizing.host_audio_bytes()
 
 
