@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
@@ -48,13 +49,19 @@ class _TokenizerLike(Protocol):
     def decode_with_timestamps(self, tokens: Sequence[int]) -> str: ...
 
 
-@dataclass
-class WordTiming:
-    word: str
-    tokens: list[int]
-    start: float  # seconds from the window's start
-    end: float
-    probability: float
+@dataclass(slots=True)
+class WordTimings:
+    """One window's words as parallel lists, openai's WordTiming fields (an object per word cost
+    more than the rules applied to it): word k is words[k], its tokens tokens[k], ..."""
+
+    words: list[str]
+    tokens: list[list[int]]
+    starts: list[float]  # seconds from the window's start
+    ends: list[float]
+    probabilities: list[float]
+
+    def __len__(self) -> int:
+        return len(self.words)
 
 
 @dataclass
@@ -63,7 +70,7 @@ class WindowWords:
 
     starts: list[float]
     ends: list[float]
-    tokens: list[list[int]]  # each segment's tokens, timestamps included
+    text_counts: list[int]  # each segment's text tokens (below <|endoftext|>)
     words: list[list[dict[str, Any]]] = field(default_factory=list)  # per segment: word, start, end, probability
 
 
@@ -139,14 +146,13 @@ def _token_pieces(tokens: Sequence[int], tokenizer: _TokenizerLike) -> list[tupl
     cache = _TOKEN_PIECES.get(tokenizer)
     if cache is None:
         cache = _TOKEN_PIECES[tokenizer] = {}
-    out = []
-    for token in tokens:
-        entry = cache.get(token)
-        if entry is None:
-            text = tokenizer.decode_with_timestamps([token])
-            whole = "\ufffd" not in text
-            entry = cache[token] = (text, (token >= tokenizer.eot or _opens_word(text)) if whole else None)
-        out.append(entry)
+    out = list(map(cache.get, tokens))
+    if None in out:  # tokens not seen before
+        for k, (token, entry) in enumerate(zip(tokens, out)):
+            if entry is None:
+                text = tokenizer.decode_with_timestamps([token])
+                whole = "\ufffd" not in text
+                out[k] = cache[token] = (text, (token >= tokenizer.eot or _opens_word(text)) if whole else None)
     return out
 
 
@@ -156,29 +162,30 @@ def word_timings(
     token_probs: Sequence[float],  # P(each text token) under teacher forcing
     tokenizer: _TokenizerLike,
     language: str | None = None,
-) -> list[WordTiming]:
+) -> WordTimings:
     """Words of one window with start/end (seconds into the window) and mean token probability."""
     if not text_tokens:
-        return []
+        return WordTimings([], [], [], [], [])
     rows, cols = path
     words, groups = split_words([*text_tokens, tokenizer.eot], tokenizer, language)
-    if len(groups) <= 1:  # only the end of text
-        return []
+    n = len(groups) - 1  # the last word (the end of text) is not timed
+    del words[n:], groups[n:]
+    if not n:
+        return WordTimings([], [], [], [], [])
     # The time at which the path first reaches each row: the start of that token.
     first = np.empty(len(rows), dtype=bool)
     first[:1] = True
     np.not_equal(rows[1:], rows[:-1], out=first[1:])
     times = (cols[first] / TOKENS_PER_SECOND).tolist()
     probs = np.asarray(token_probs, dtype=np.float64).tolist()  # Python floats for `_mean`
-    out = []
-    a = 0
-    for word, group in zip(words[:-1], groups):  # the last word (the end of text) is not timed
-        b = a + len(group)
-        # One token (most words): np.mean's value is that probability added to 0.0.
-        probability = 0.0 + probs[a] if b == a + 1 else _mean(probs[a:b])
-        out.append(WordTiming(word, group, times[a], times[b], probability))
-        a = b
-    return out
+    # np.mean of one value is that value added to 0.0.
+    if n == len(probs):  # every word one token (most windows)
+        return WordTimings(words, groups, times[:n], times[1 : n + 1], [0.0 + p for p in probs])
+    bounds = [0, *accumulate(map(len, groups))]  # each word's first token, then the end
+    at = [times[a] for a in bounds]
+    probabilities = [0.0 + probs[a] if b == a + 1 else _mean(probs[a:b]) for a, b in zip(bounds, bounds[1:])]
+    starts, ends = at[:-1], at[1:]
+    return WordTimings(words, groups, starts, ends, probabilities)
 
 
 def _mean(values: list[float]) -> float:
@@ -193,58 +200,56 @@ def _mean(values: list[float]) -> float:
     return total / len(values)
 
 
-def merge_punctuations(words: list[WordTiming], prepended: str = PREPEND_PUNCTUATIONS,
+def merge_punctuations(texts: list[str], tokens: list[list[int]], prepended: str = PREPEND_PUNCTUATIONS,
                        appended: str = APPEND_PUNCTUATIONS) -> None:  # fmt: skip
-    """In place: a lone opening mark (" ``"``, " (") joins the word after it, scanning from the end;
-    then a closing mark (".", ",", ")") joins the word before it, scanning from the start. A word
-    emptied this way keeps its place with no text and no tokens.
+    """In place, on each word's text and tokens: a lone opening mark (" ``"``, " (") joins the
+    word after it, scanning from the end; then a closing mark (".", ",", ")") joins the word before
+    it, scanning from the start. A word emptied this way keeps its place with no text and no tokens.
 
     openai's scans visit every word; these visit only the marks. A word that is no mark becomes
     the target when visited, so a mark's target is its neighbour on the scanned side unless that
     neighbour is a mark too (the target then carries over). Whether a word is a mark never changes
     before its visit: only words already passed are written to."""
-    texts = [w.word for w in words]  # kept equal to the words' as they change
-    last = len(words) - 1
+    last = len(texts) - 1
     opening = [k for k in range(last - 1, -1, -1) if texts[k].strip() in prepended and texts[k].startswith(" ")]
     target = previous = last
     for k in opening:
         if k + 1 < previous:
             target = k + 1
-        mark, into = words[k], words[target]
-        into.word = texts[target] = texts[k] + texts[target]
-        into.tokens = mark.tokens + into.tokens
-        mark.word = texts[k] = ""
-        mark.tokens = []
+        texts[target] = texts[k] + texts[target]
+        tokens[target] = tokens[k] + tokens[target]
+        texts[k] = ""
+        tokens[k] = []
         previous = k
-    closing = [k for k in range(1, len(words)) if texts[k] in appended]
+    closing = [k for k in range(1, len(texts)) if texts[k] in appended]
     target = previous = 0
     for k in closing:
         if k - 1 > previous:
             target = k - 1
         if not texts[target].endswith(" "):
-            mark, into = words[k], words[target]
-            into.word = texts[target] = texts[target] + texts[k]
-            into.tokens = into.tokens + mark.tokens
-            mark.word = texts[k] = ""
-            mark.tokens = []
+            texts[target] = texts[target] + texts[k]
+            tokens[target] = tokens[target] + tokens[k]
+            texts[k] = ""
+            tokens[k] = []
         else:
             target = k
         previous = k
 
 
-def _clip_at_sentences(words: list[WordTiming]) -> tuple[float, float]:
+def _clip_at_sentences(timings: WordTimings) -> tuple[float, float]:
     """(median word duration capped at 0.7 s, twice that); words longer than twice the median at a
     sentence end are cut to it (openai's heuristic, before punctuation is merged)."""
-    lengths = [w.end - w.start for w in words]  # each word's is read before the word is cut
+    words, starts, ends = timings.words, timings.starts, timings.ends
+    lengths = [e - s for s, e in zip(starts, ends)]  # each word's is read before the word is cut
     durations = [d for d in lengths if d]  # openai: durations[durations.nonzero()]
     median = min(0.7, _median(durations)) if durations else 0.0
     longest = median * 2
     if durations:
         for k in [k for k in range(1, len(words)) if lengths[k] > longest]:
-            if words[k].word in _SENTENCE_END:
-                words[k].end = words[k].start + longest
-            elif words[k - 1].word in _SENTENCE_END:
-                words[k].start = words[k].end - longest
+            if words[k] in _SENTENCE_END:
+                ends[k] = starts[k] + longest
+            elif words[k - 1] in _SENTENCE_END:
+                starts[k] = ends[k] - longest
     return median, longest
 
 
@@ -260,9 +265,8 @@ def _median(values: list[float]) -> float:
 
 def attach_words(
     window: WindowWords,
-    timings: list[WordTiming],  # the window's words (word_timings), seconds into the window
+    timings: WordTimings,  # the window's words (word_timings), seconds into the window; changed
     time_offset: float,  # the window's start in seconds
-    eot: int,
     last_speech: float,  # the end of the item's last word so far (seconds)
     prepended: str = PREPEND_PUNCTUATIONS,
     appended: str = APPEND_PUNCTUATIONS,
@@ -270,34 +274,37 @@ def attach_words(
     """Give each segment of `window` its words and move its start/end as openai's
     add_word_timestamps does; returns the new end of speech (`last_speech` when no words)."""
     median, longest = _clip_at_sentences(timings)
-    merge_punctuations(timings, prepended, appended)
+    texts, groups, starts, ends = timings.words, timings.tokens, timings.starts, timings.ends
+    probs = timings.probabilities
+    merge_punctuations(texts, groups, prepended, appended)
     window.words = []
-    k, n = 0, len(timings)
+    k, n = 0, len(texts)
     if len(_ROUNDED) > _ROUNDED_MAX:
         _ROUNDED.clear()
     rounded = _ROUNDED
     end_raw, end = None, 0.0
-    for s, tokens in enumerate(window.tokens):
-        n_text = len([t for t in tokens if t < eot])
+    for s, n_text in enumerate(window.text_counts):
         taken, words = 0, []
         # A segment takes words until it has as many tokens as it holds text tokens (merged
         # punctuation carries its tokens along, emptied words none).
         while k < n and taken < n_text:
-            t = timings[k]
-            if t.word:
-                if t.start == end_raw:  # a word usually starts where the one before it ends
+            word = texts[k]
+            if word:
+                x = starts[k]
+                if x == end_raw:  # a word usually starts where the one before it ends
                     start = end
                 else:
-                    x = time_offset + t.start
+                    x += time_offset
                     start = rounded.get(x)
                     if start is None:
                         start = rounded[x] = round(x, 2)
-                end_raw, x = t.end, time_offset + t.end
+                end_raw = ends[k]
+                x = time_offset + end_raw
                 end = rounded.get(x)
                 if end is None:
                     end = rounded[x] = round(x, 2)
-                words.append({"word": t.word, "start": start, "end": end, "probability": t.probability})
-            taken += len(t.tokens)
+                words.append({"word": word, "start": start, "end": end, "probability": probs[k]})
+            taken += len(groups[k])
             k += 1
         if words:
             _fit_segment(window, s, words, last_speech, median, longest)

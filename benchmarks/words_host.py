@@ -146,8 +146,9 @@ def main() -> None:
 
     def attach_only(k):
         for (segs, _, _, offset, last), words in zip(splits, copies_t[k]):
-            window = WindowWords([s.start for s in segs], [s.end for s in segs], [list(s.tokens) for s in segs])
-            attach_words(window, words, offset, tok.eot, last)
+            counts = [sum(t < tok.eot for t in s.tokens) for s in segs]
+            window = WindowWords([s.start for s in segs], [s.end for s in segs], counts)
+            attach_words(window, words, offset, last)
 
     for name in ("off", "on", "off", "on"):  # twice, alternating: the machine is shared
         planner, words = (on, True) if name == "on" else (off, False)

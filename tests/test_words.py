@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from batchscribe.words import WordTiming, merge_punctuations, split_words
+from batchscribe.words import merge_punctuations, split_words
 
 timing = pytest.importorskip("whisper.timing")
 
@@ -30,11 +30,10 @@ def test_split_and_merge_equal_openai(tiny_en_dir) -> None:
         tokens = ours.encode(text) + [ours.eot]
         assert split_words(tokens, ours) == theirs.split_to_word_tokens(tokens)
         words, groups = split_words(tokens, ours)
-        a = [WordTiming(w, g, i * 0.1, i * 0.1 + 0.05, 0.5) for i, (w, g) in enumerate(zip(words, groups))]
         b = [timing.WordTiming(w, list(g), i * 0.1, i * 0.1 + 0.05, 0.5) for i, (w, g) in enumerate(zip(words, groups))]
-        merge_punctuations(a)
+        merge_punctuations(words, groups)
         timing.merge_punctuations(b, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")
-        assert [(w.word, w.tokens) for w in a] == [(w.word, w.tokens) for w in b]
+        assert list(zip(words, groups)) == [(w.word, w.tokens) for w in b]
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +68,10 @@ def test_alignment_pass_equals_find_alignment(tiny, tiny_en_dir, utterances) -> 
     reference, theirs_tok = openai_model(tiny_en_dir), _openai_tokenizer(False)
     starts, ends, n_words = [], [], 0
     for (_, samples), w, al in zip(items, windows, alignments):
-        ours = word_timings(al.path, w.text_tokens, al.token_probs, tok)
-        merge_punctuations(ours)
+        timed = word_timings(al.path, w.text_tokens, al.token_probs, tok)
+        merge_punctuations(timed.words, timed.tokens)
+        ours = [timing.WordTiming(*word) for word in zip(timed.words, timed.tokens, timed.starts, timed.ends,
+                                                          timed.probabilities)]  # fmt: skip
         audio = torch.zeros(N_SAMPLES)
         audio[: len(samples)] = torch.from_numpy(samples)
         mel = features(audio[None])[0]
@@ -109,11 +110,11 @@ def test_merge_punctuations_equals_openai_on_random_words() -> None:
             "!"]  # fmt: skip
     for _ in range(3000):
         texts = [pool[i] for i in rng.integers(0, len(pool), rng.integers(0, 12))]
-        a = [WordTiming(w, [k], k, k + 1, 0.5) for k, w in enumerate(texts)]
+        ours, tokens = list(texts), [[k] for k in range(len(texts))]
         b = [timing.WordTiming(w, [k], k, k + 1, 0.5) for k, w in enumerate(texts)]
-        merge_punctuations(a)
+        merge_punctuations(ours, tokens)
         timing.merge_punctuations(b, "\"'“¿([{-", "\"'.。,，!！?？:：”)]}、")
-        assert [(w.word, w.tokens) for w in a] == [(w.word, w.tokens) for w in b], texts
+        assert list(zip(ours, tokens)) == [(w.word, w.tokens) for w in b], texts
 
 
 def test_word_timings_equal_openai_on_a_path(tiny_en_dir) -> None:
@@ -123,7 +124,9 @@ def test_word_timings_equal_openai_on_a_path(tiny_en_dir) -> None:
 
     ours, theirs = Tokenizer.from_folder(tiny_en_dir), _openai_tokenizer(False)
     rng = np.random.default_rng(2)
-    for text in [' "Hello," she said (quietly)... it\'s 3.5 km -- right?', " Straße, naïve café — 日本語です。"]:
+    # The last text: every word one token (word_timings' shortcut).
+    for text in [' "Hello," she said (quietly)... it\'s 3.5 km -- right?', " Straße, naïve café — 日本語です。",
+                 " the cat sat on the mat"]:
         tokens = ours.encode(text)
         rows = np.repeat(np.arange(len(tokens) + 2), rng.integers(1, 6, len(tokens) + 2))
         cols = np.sort(rng.integers(0, 1500, len(rows)))
@@ -134,5 +137,51 @@ def test_word_timings_equal_openai_on_a_path(tiny_en_dir) -> None:
         times = cols[jumps] / 50
         expected = [(w, g, times[i], times[j], np.mean(probs[i:j]))
                     for w, g, i, j in zip(words, groups, bounds[:-1], bounds[1:])]  # fmt: skip
-        got = [(w.word, w.tokens, w.start, w.end, w.probability) for w in word_timings((rows, cols), tokens, probs, ours)]
+        t = word_timings((rows, cols), tokens, probs, ours)
+        got = list(zip(t.words, t.tokens, t.starts, t.ends, t.probabilities))
         assert got == expected
+
+
+def test_attach_words_equals_add_word_timestamps(tiny_en_dir, monkeypatch) -> None:
+    """The word rules after the alignment (clipping at sentences and pauses, punctuation merged,
+    words shared out to segments, segment times moved) against openai's add_word_timestamps given
+    the same word timings, on random paths over real sentences: equal segments and words."""
+    import copy
+
+    from batchscribe.model.tokenizer import Tokenizer
+    from batchscribe.words import WindowWords, attach_words, word_timings
+
+    ours, theirs = Tokenizer.from_folder(tiny_en_dir), _openai_tokenizer(False)
+    sentences = [' "Hello," she said (quietly).', " It's 3.5 km -- right?", " Yes. No! (Maybe)", " the cat sat on the mat",
+                 " Mr. Smith's 'quoted' words: [one], {two}."]  # fmt: skip
+    pieces = [ours.encode(t) for t in sentences]
+    # A sentence end after a word ending in a space is not merged into it: the only place where its
+    # own clipped time shows. Tokens the model may give; no text encodes to them.
+    pieces.append(ours.encode(" Wait") + ours.encode(" ") + ours.encode(".") + ours.encode(" Go"))
+    rng = np.random.default_rng(3)
+    rounds = 0
+    for _ in range(400):
+        seg_tokens = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(1, 4))]
+        text = [t for toks in seg_tokens for t in toks]
+        # A path with long and zero-length rows over 3 to 30 s: words long enough to be clipped,
+        # pauses between them, and (early in the first window) openai's halving of a long first word.
+        rows = np.repeat(np.arange(len(text) + 2), rng.choice([0, 1, 2, 5, 40], len(text) + 2) + 1)
+        cols = np.sort(rng.integers(0, rng.choice([150, 500, 1500]), len(rows)))
+        timed = word_timings((rows, cols), text, rng.random(len(text)).tolist(), ours)
+        reference = [timing.WordTiming(*w) for w in zip(timed.words, copy.deepcopy(timed.tokens), list(timed.starts),
+                                                         list(timed.ends), timed.probabilities)]  # fmt: skip
+        seek = int(rng.integers(0, 3)) * 3000
+        offset, last_speech = seek / 100, seek / 100 + float(rng.choice([0.0, 0.5, 20.0]))
+        bounds = np.sort(rng.uniform(0, 30, 2 * len(seg_tokens))).round(2).tolist()  # each segment's timestamps
+        segments = [{"seek": seek, "start": offset + bounds[2 * k], "end": offset + bounds[2 * k + 1],
+                     "tokens": [theirs.timestamp_begin, *toks, theirs.timestamp_begin + 1]}
+                    for k, toks in enumerate(seg_tokens)]  # fmt: skip
+        window = WindowWords([s["start"] for s in segments], [s["end"] for s in segments], [len(t) for t in seg_tokens])
+        attach_words(window, timed, offset, last_speech)
+        monkeypatch.setattr(timing, "find_alignment", lambda *args, **kwargs: reference)
+        timing.add_word_timestamps(segments=segments, model=None, tokenizer=theirs, mel=None, num_frames=3000,
+                                   last_speech_timestamp=last_speech)  # fmt: skip
+        assert window.words == [s["words"] for s in segments]
+        assert (window.starts, window.ends) == ([s["start"] for s in segments], [s["end"] for s in segments])
+        rounds += any(len(w) for w in window.words)
+    assert rounds > 300

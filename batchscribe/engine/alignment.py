@@ -286,14 +286,16 @@ class Aligner:
         the copy in is queued, not done): slot, prefix length, text length, frames, then the
         token row `prefix + <|notimestamps|> + text + <|endoftext|>` padded with <|endoftext|>."""
         rows = self.max_batch if self.fixed else len(windows)
-        table = np.full((rows, _FIELDS + length), self.eot, dtype=np.int64)
+        # Written in place: from the pinned-memory cache, not pinned afterwards (an allocation and a copy).
+        packed = torch.empty((rows, _FIELDS + length), dtype=torch.int64, pin_memory=self.fixed)
+        table = packed.numpy()
+        table.fill(self.eot)
         table[:, :_FIELDS] = (0, 0, 1, 1)  # padding rows: slot 0, one token, one frame
         for b, w in enumerate(windows):
             seq = (*w.prefix, self.no_timestamps, *w.text_tokens, self.eot)
             table[b, :_FIELDS] = (w.slot, len(w.prefix), len(w.text_tokens), w.num_frames // 2)
             table[b, _FIELDS : _FIELDS + len(seq)] = seq
-        packed = torch.from_numpy(table)
-        return packed.pin_memory() if self.fixed else packed
+        return packed
 
     def _forward(self, packed: torch.Tensor, size: tuple[int, int]):
         """packed [B, 4 + L] long on the device (slot, prefix length, text length, frames, then the

@@ -24,7 +24,7 @@ from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.step import StepSpec
 from batchscribe.model.tokenizer import Tokenizer
 from batchscribe.segments import Segment, Transcript, WindowSplit, WindowStats, is_empty, revised, split_window
-from batchscribe.words import WindowWords, attach_words, last_word_end, word_timings
+from batchscribe.words import WindowWords, WordTimings, attach_words, last_word_end, word_timings
 
 FRAMES_PER_SECOND = SAMPLE_RATE // HOP_LENGTH  # mel frames per second: where a seek lands
 MAX_PROMPT_TOKENS = 448 // 2 - 1  # openai: prompt_tokens[-(n_ctx // 2 - 1):]
@@ -309,15 +309,15 @@ class WindowPlanner:
         moved by them, the next seek at the last word's end, then blank segments emptied."""
         tok, opt = self.tokenizer, self.options
         time_offset = item.seek * HOP_LENGTH / SAMPLE_RATE
-        segs = split.segments
-        window = WindowWords([s.start for s in segs], [s.end for s in segs], [list(s.tokens) for s in segs])
-        timings: list = []
+        segs, eot = split.segments, tok.eot
+        texts = [[t for t in s.tokens if t < eot] for s in segs]
+        window = WindowWords([s.start for s in segs], [s.end for s in segs], [len(t) for t in texts])
+        timings = WordTimings([], [], [], [], [])
         if alignment is not None:
-            text = [t for s in segs for t in s.tokens if t < tok.eot]
             language = self._code_of_token.get(item.language_token) if tok.is_multilingual else None
+            text = [t for seg_text in texts for t in seg_text]
             timings = word_timings(alignment.path, text, alignment.token_probs, tok, language)
-        attach_words(window, timings, time_offset, tok.eot, item.last_speech, opt.prepend_punctuations,
-                     opt.append_punctuations)  # fmt: skip
+        attach_words(window, timings, time_offset, item.last_speech, opt.prepend_punctuations, opt.append_punctuations)
         seek, end = split.seek, last_word_end(window.words, window.ends)
         if not split.single_timestamp_ending and end is not None and end > time_offset:
             seek = round(end * FRAMES_PER_SECOND)
