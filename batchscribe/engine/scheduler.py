@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 ALIGN_HOLD = 6
 # Collects a queued alignment pass waits beyond the next before being settled, on CUDA. 0: the next
 # collect settles it, waiting on the device for the pass just queued behind the previous look; 1
-# lets the host fold other windows meanwhile (not yet measured on a GPU: docs/GPU_NOTES.md).
-ALIGN_LAG = 0
+# lets the host fold other windows meanwhile, which pays where the host outruns the pass
+# (docs/GPU_NOTES.md, thirty-fifth session).
+ALIGN_LAG = 1
 
 
 @dataclass(frozen=True)
