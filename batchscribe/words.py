@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Protocol
 from weakref import WeakKeyDictionary
 
@@ -59,9 +59,6 @@ class WordTimings:
     starts: list[float]  # seconds from the window's start
     ends: list[float]
     probabilities: list[float]
-
-    def __len__(self) -> int:
-        return len(self.words)
 
 
 @dataclass
