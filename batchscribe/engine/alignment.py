@@ -260,7 +260,7 @@ class Aligner:
         clock["align_batches"] += 1
         clock["align_batch_windows"] += len(windows)
         if self.graphs is not None and length in self._seen:
-            new = length not in self.graphs.captured
+            new = packed.shape[1] not in self.graphs.captured  # keyed by the packed row's width, as run() does
             probs, path = self.graphs.run(packed, size)
             t2 = time.perf_counter()
             clock["align_capture_s" if new else "align_replay_s"] += t2 - t1

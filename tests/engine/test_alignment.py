@@ -97,6 +97,8 @@ def test_on_cuda_a_window_is_timed_alike_alone_beside_others_and_by_replay(tiny_
     queued = [graphed.submit(windows) for _ in range(3)]  # capture + replay, then replays; none read yet
     runs += [pending.result() for pending in reversed(queued)]
     assert graphed.graphs is not None and graphed.graphs.captured
+    # The host counters name each batch's launch: the first eager, then a capture, then replays.
+    assert min(graphed.timings[k] for k in ("align_eager_s", "align_capture_s", "align_replay_s")) > 0
     reference = aligner_over(cpu.model, audios, tok.eot, tok.no_timestamps, max_batch=8)(windows)
     same_as_cpu = 0
     for k, w in enumerate(windows):
