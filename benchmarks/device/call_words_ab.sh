@@ -44,3 +44,23 @@ if [ "${PROFILE:-0}" -gt 0 ]; then
     grep -E -A$((PROFILE + 4)) "=== .*(host ops|device kernels)" $OUT/new_words_profile.txt | cut -c1-160
     grep "device busy" $OUT/new_words_profile.txt | head -1
 fi
+# Last, so that it survives the output's 12,000-character tail: each run against the plain run of
+# its tree and round (a variant against this tree's), with the host stages that tell a slowed
+# round apart.
+python3 - "$OUT/summary.txt" <<'PY'
+import re
+import sys
+
+runs = {}
+for line in open(sys.argv[1]):
+    label = line.split(":", 1)[0]
+    rtfx = re.search(r"RTFx (\d+)", line)
+    if rtfx:
+        stages = dict(re.findall(r"'(wait_input|finish|align_wait|align_sync_s)': ([0-9.]+)", line))
+        runs[label] = (int(rtfx.group(1)), stages)
+for label, (rtfx, stages) in runs.items():
+    tree, _, rest = label.partition("_")
+    plain = runs.get(f"{tree}_plain_{rest.rsplit('_', 1)[-1]}")
+    against = f"{100 * (rtfx / plain[0] - 1):+6.1f} %" if plain and "plain" not in rest else ""
+    print(f"{label:<28} RTFx {rtfx:>6} {against:>9}  " + " ".join(f"{k} {v}" for k, v in stages.items()))
+PY
