@@ -164,7 +164,7 @@ def test_attach_words_equals_add_word_timestamps(tiny_en_dir, monkeypatch) -> No
         seg_tokens = [pieces[i] for i in rng.integers(0, len(pieces), rng.integers(1, 4))]
         text = [t for toks in seg_tokens for t in toks]
         # A path with long and zero-length rows over 3 to 30 s: words long enough to be clipped,
-        # pauses between them, and (early in the first window) openai's halving of a long first word.
+        # pauses between them, and short medians (so long first words after a pause).
         rows = np.repeat(np.arange(len(text) + 2), rng.choice([0, 1, 2, 5, 40], len(text) + 2) + 1)
         cols = np.sort(rng.integers(0, rng.choice([150, 500, 1500]), len(rows)))
         timed = word_timings((rows, cols), text, rng.random(len(text)).tolist(), ours)
