@@ -54,11 +54,11 @@ class WordTimings:
     """One window's words as parallel lists, openai's WordTiming fields (an object per word cost
     more than the rules applied to it): word k is words[k], its tokens tokens[k], ..."""
 
-    words: list[str]
-    tokens: list[list[int]]
-    starts: list[float]  # seconds from the window's start
-    ends: list[float]
-    probabilities: list[float]
+    words: list[str] = field(default_factory=list)
+    tokens: list[list[int]] = field(default_factory=list)
+    starts: list[float] = field(default_factory=list)  # seconds from the window's start
+    ends: list[float] = field(default_factory=list)
+    probabilities: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -162,13 +162,13 @@ def word_timings(
 ) -> WordTimings:
     """Words of one window with start/end (seconds into the window) and mean token probability."""
     if not text_tokens:
-        return WordTimings([], [], [], [], [])
+        return WordTimings()
     rows, cols = path
     words, groups = split_words([*text_tokens, tokenizer.eot], tokenizer, language)
     n = len(groups) - 1  # the last word (the end of text) is not timed
     del words[n:], groups[n:]
     if not n:
-        return WordTimings([], [], [], [], [])
+        return WordTimings()
     # The time at which the path first reaches each row: the start of that token.
     first = np.empty(len(rows), dtype=bool)
     first[:1] = True

@@ -136,17 +136,17 @@ def main() -> None:
         judged = on.judge(item, res)
         segs = judged.split.segments
         text = [t for s in segs for t in s.tokens if t < tok.eot]
-        splits.append((segs, text, alignment, item.seek * 160 / 16000, item.last_speech))
+        counts = [sum(t < tok.eot for t in s.tokens) for s in segs]  # as the word stage gives them
+        splits.append((segs, text, alignment, item.seek * 160 / 16000, item.last_speech, counts))
 
     def timings_only(_k):
-        for _, text, al, _, _ in splits:
+        for _, text, al, _, _, _ in splits:
             word_timings(al.path, text, al.token_probs, tok)
 
-    timed = [word_timings(al.path, text, al.token_probs, tok) for _, text, al, _, _ in splits]
+    timed = [word_timings(al.path, text, al.token_probs, tok) for _, text, al, _, _, _ in splits]
 
     def attach_only(k):
-        for (segs, _, _, offset, last), words in zip(splits, copies_t[k]):
-            counts = [sum(t < tok.eot for t in s.tokens) for s in segs]
+        for (segs, _, _, offset, last, counts), words in zip(splits, copies_t[k]):
             window = WindowWords([s.start for s in segs], [s.end for s in segs], counts)
             attach_words(window, words, offset, last)
 

@@ -312,7 +312,7 @@ class WindowPlanner:
         segs, eot = split.segments, tok.eot
         texts = [[t for t in s.tokens if t < eot] for s in segs]
         window = WindowWords([s.start for s in segs], [s.end for s in segs], [len(t) for t in texts])
-        timings = WordTimings([], [], [], [], [])
+        timings = WordTimings()
         if alignment is not None:
             language = self._code_of_token.get(item.language_token) if tok.is_multilingual else None
             text = [t for seg_text in texts for t in seg_text]
