@@ -19,6 +19,7 @@ import io
 import pstats
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -27,7 +28,8 @@ PHASES = [
     "batchscribe.run:default_transcriber", "batchscribe.model_check:resolve_model",
     "batchscribe.model_check:Tokenizer.from_folder", "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict",
     "batchscribe.model_check:resolve_engine",
-    "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Transcriber.scheduler", "batchscribe.api:Prewarm.join",
+    "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Whisper.to", "batchscribe.api:Transcriber.scheduler",
+    "batchscribe.api:Prewarm.join",
     "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
     "batchscribe.engine.engine:one_step_seconds", "batchscribe.engine.engine:StepGraphs.capture",
@@ -62,6 +64,27 @@ def _wrap_phases(t0: float, log: list[str]) -> None:
         setattr(owner, name, staticmethod(wrapped) if bound else wrapped)
 
 
+def _wrap_prewarm(t0: float, log: list[str]) -> None:
+    """Log each of Prewarm's library steps and each of its threads whole (with its synchronize),
+    named by thread: they run beside the main thread's phases."""
+    from batchscribe.engine import prewarm
+
+    steps, touch = prewarm.library_steps, prewarm.Prewarm._touch
+
+    def timed(label: str, call):
+        def run():
+            start = time.perf_counter()
+            try:
+                return call()
+            finally:
+                log.append(f"{start - t0:8.2f} s  +{time.perf_counter() - start:6.2f} s  "
+                           f"[{threading.current_thread().name}] {label}")  # fmt: skip
+        return run
+
+    prewarm.library_steps = lambda *a, **k: [(name, timed(name, call)) for name, call in steps(*a, **k)]
+    prewarm.Prewarm._touch = staticmethod(lambda device, calls: timed("thread, synchronised", lambda: touch(device, calls))())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--parquet", required=True, type=Path)
@@ -82,7 +105,7 @@ def main() -> None:
 
     torch_s = time.perf_counter() - t_import
     if args.no_prewarm:
-        prewarm.Prewarm._touch = staticmethod(lambda config, dims: None)
+        prewarm.Prewarm._touch = staticmethod(lambda device, calls: None)
     t_import = time.perf_counter()
     from batchscribe.run import RunOptions, run
     from batchscribe.audio.sources import SourceOptions
@@ -96,6 +119,8 @@ def main() -> None:
             prof.enable()
         else:
             _wrap_phases(t0, log)
+            if not args.no_prewarm:
+                _wrap_prewarm(t0, log)
         result = run([str(args.parquet)], Path(tmp) / "out", RunOptions(source=SourceOptions(limit=args.rows)))
         prof.disable()
         wall = time.perf_counter() - t0

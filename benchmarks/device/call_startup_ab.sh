@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# Device call right after call_a.sh (carry .stage/p2b .before): start-up A/B, startup_profile.py cold in
-# fresh processes alternated between an earlier tree (stage.sh's BEFORE=COMMIT, in .before) and this
-# checkout, ROUNDS rounds (issue 17: <= 2.5 s). The first run of each tree is dropped: it pays Triton's builds.
-# Carry .stage/fa3 too (FA3's modules, call_fa3.sh) where the encoder's attention is FA3: no JIT build.
-#   bash benchmarks/device/call_startup_ab.sh COMMIT
+# Device call after call_a.sh, the modules (aot_modules.sh) and stage_b.sh (or call_b.sh), carrying
+# .stage/base: another commit's tree (`rm -rf .stage/base && mkdir -p .stage/base && git archive
+# BASE | tar -x -C .stage/base`). Start-up before and after a change (issue 17: <= 2.5 s), on one
+# machine: startup_profile.py on 3 rows in fresh processes, the base's and this tree's alternated,
+# ROUNDS rounds (default 3) after one untimed run of each (it pays Triton's builds). Each run's
+# phases are in $OUT/startup_LABEL.txt; the last round's are printed whole.
+#   bash benchmarks/device/call_startup_ab.sh COMMIT BASE_COMMIT
 set -u
-source benchmarks/device/aot_modules.sh  # call A's install ran before .stage/fa3 was here
 source benchmarks/device/env.sh
-commit=$1
-# The tiny.en parts from .stage/p2b (p2 less its data: p2 and .before pass a call's 64 MiB); call A's test-clean rows.
-S=$HOME/stage; mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
-cat .stage/p2b/tinypart_00 .stage/p2b/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
-export BATCHSCRIBE_COMMIT=$commit BATCHSCRIBE_CACHE=$HOME/stage/models
-P=$HOME/stage/data/librispeech/test-clean-subset-00000-of-00001.parquet
-for k in $(seq 0 ${ROUNDS:-3}); do
-    for tree in .before .; do
-        name=$([ $tree = . ] && echo after || echo before)
-        (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$(cd .. && pwd) timeout 90 python3 startup_profile.py --parquet $P --rows 3) \
-            > $OUT/startup_${name}_$k.txt 2>&1
-        echo "== $name $k ($(cat $tree/COMMIT 2>/dev/null || echo $commit)): $(head -1 $OUT/startup_${name}_$k.txt | cut -c1-200)"
-    done
+commit=$1; base=$2
+S=$HOME/stage
+export BATCHSCRIBE_CACHE=$S/models
+P=$PWD/../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet
+profile() {  # TREE COMMIT LABEL
+    local tree=$1 at=$2 label=$3
+    (cd $tree/benchmarks && PYTHONPATH=/tmp/site:$tree BATCHSCRIBE_COMMIT=$at timeout 90 python3 startup_profile.py --parquet $P --rows 3) \
+        > $OUT/startup_$label.txt 2>&1
+    echo "$label ($at): $(head -1 $OUT/startup_$label.txt | cut -c1-200)"
+}
+for r in $(seq 0 ${ROUNDS:-3}); do
+    profile $PWD/.stage/base $base base_$r
+    profile $PWD $commit new_$r
 done
-for f in $OUT/startup_after_1.txt $OUT/startup_before_1.txt; do echo "== $f"; head -26 $f | cut -c1-120; done
+r=${ROUNDS:-3}
+for label in base_$r new_$r; do echo "== $label"; head -40 $OUT/startup_$label.txt | cut -c1-140; done

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
+
 import pytest
 import torch
 
 from batchscribe.config import EngineOptions
-from batchscribe.engine.prewarm import Prewarm, _touch_libraries, library_steps
+from batchscribe.engine import prewarm
+from batchscribe.engine.prewarm import Prewarm, library_steps
 from batchscribe.engine.setup import resolve_engine
 from batchscribe.model.dims import ModelDims
 from tests.marks import gpu
@@ -17,7 +21,7 @@ TINY = ModelDims(n_mels=80, n_vocab=51864, n_audio_ctx=1500, n_audio_state=384, 
 
 def test_on_the_cpu_no_thread_is_started() -> None:
     warm = Prewarm(resolve_engine(EngineOptions(device="cpu"), TINY), TINY)
-    assert warm.thread is None
+    assert warm.threads == []
     warm.join()  # joining nothing is fine, and so is joining twice
     warm.join()
 
@@ -33,6 +37,31 @@ def test_each_library_step_runs_on_the_cpu_too() -> None:
     assert steps["cuFFT (stft)"]().is_complex()
 
 
+def test_triton_warms_beside_the_cuda_libraries_not_after_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton's first call (its install's hash) must not queue behind cuBLAS, cuFFT, cuDNN and SDPA:
+    here the CUDA libraries' first step waits until Triton's step has run, which only a second
+    thread can do. The steps are stand-ins; the device is never touched."""
+    triton_ran, ran = threading.Event(), []
+
+    def cuda_step() -> None:
+        ran.append(("cuda", threading.current_thread().name, triton_ran.wait(timeout=10)))
+
+    def triton_step() -> None:
+        ran.append(("triton", threading.current_thread().name, True))
+        triton_ran.set()
+
+    steps = [("cuBLAS (GEMM)", cuda_step), ("SDPA", lambda: ran.append(("sdpa", threading.current_thread().name, True))),
+             ("Triton (add_norm)", triton_step)]  # fmt: skip
+    monkeypatch.setattr(prewarm, "library_steps", lambda *a, **k: steps)
+    cpu = resolve_engine(EngineOptions(device="cpu"), TINY)
+    warm = Prewarm(dataclasses.replace(cpu, device=torch.device("cuda")), TINY)  # synchronize fails: swallowed
+    assert [t.name for t in warm.threads] == ["batchscribe-prewarm-cuda", "batchscribe-prewarm-triton"]
+    warm.join()
+    assert warm.threads == []
+    assert sorted(ran) == [("cuda", "batchscribe-prewarm-cuda", True), ("sdpa", "batchscribe-prewarm-cuda", True),
+                           ("triton", "batchscribe-prewarm-triton", True)]  # fmt: skip
+
+
 @pytest.mark.gpu
 @gpu[1]
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -40,9 +69,14 @@ def test_the_library_calls_run_on_cuda(dtype: str) -> None:
     """Called directly: Prewarm's thread swallows errors (the engine's own warm-up reports them), so
     this is where a broken call would show."""
     config = resolve_engine(EngineOptions(device="cuda", dtype=dtype), TINY)
-    _touch_libraries(config.device, config.dtype, TINY, fused=config.encoder != "eager")
+    fused = config.encoder != "eager"
+    steps = library_steps(config.device, config.dtype, TINY, fused=fused)
+    for _, call in steps:
+        call()
+    torch.cuda.synchronize()
+    assert any(name.startswith("Triton") for name, _ in steps) == fused
     warm = Prewarm(config, TINY)
-    assert warm.thread is not None
+    assert len(warm.threads) == 1 + fused
     warm.join()
-    assert warm.thread is None
+    assert warm.threads == []
     assert torch.cuda.is_initialized()
