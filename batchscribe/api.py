@@ -25,9 +25,9 @@ from batchscribe.audio.vad import SpeechDetector
 from batchscribe.audio.vad_stream import SpeechStage, VadBatching
 from batchscribe.config import ConfigError, DecodeOptions, EngineOptions
 from batchscribe.constants import SAMPLE_RATE
+from batchscribe.engine import prewarm
 from batchscribe.engine.engine import build_engine
 from batchscribe.engine.pinned import PinnedArena
-from batchscribe.engine.prewarm import Prewarm
 from batchscribe.engine.scheduler import SchedulePolicy, Scheduler
 from batchscribe.engine.setup import EngineConfig
 from batchscribe.engine.windows import WindowPlanner, step_spec
@@ -142,8 +142,8 @@ class Transcriber:
                                               batch_invariant=batch_invariant)  # fmt: skip
         # Usage errors (model, language, task, engine options) before the weights load.
         files = model if isinstance(model, ModelFiles) else ModelFiles.resolve(model, cache_dir)
+        self._prewarm = prewarm.start(self.engine_options, files.dims)  # the GPU libraries load while the rest does
         resolved = files.check(self.options, self.engine_options)
-        self._prewarm = Prewarm(resolved, files.dims)  # the GPU libraries load while the weights do
         self.tokenizer, self._files = files.tokenizer, files
         dims, folder, config, generation = files.dims, files.folder, files.config, files.generation
         self.alignment_heads = files.alignment_heads() if self.options.word_timestamps else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,6 @@ class ModelFiles:
     config: dict[str, Any]
     generation: dict[str, Any]
     dims: ModelDims
-    tokenizer: Tokenizer
 
     @classmethod
     def resolve(cls, name: str, cache_dir: str | Path | None = None) -> ModelFiles:
@@ -43,8 +43,13 @@ class ModelFiles:
         folder = resolve_model(name, cache_dir=cache)
         config = _read_json(folder / "config.json")
         dims = ModelDims.from_hf_config(config)
-        tokenizer = Tokenizer.from_folder(folder, multilingual=dims.is_multilingual)
-        return cls(name, folder, cache, config, _read_json(folder / "generation_config.json"), dims, tokenizer)
+        return cls(name, folder, cache, config, _read_json(folder / "generation_config.json"), dims)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """Read at first use (check() uses it): a run starts the GPU libraries' loading between
+        resolve() and check(), so that they load while this is read."""
+        return Tokenizer.from_folder(self.folder, multilingual=self.dims.is_multilingual)
 
     @property
     def origin(self) -> str:

@@ -68,12 +68,18 @@ def default_transcriber(opts: RunOptions, files: ModelFiles | None = None) -> Tr
     return Transcriber(model=files or check_model(opts), decode=opts.decode, engine=opts.engine)
 
 
-def check_model(opts: RunOptions) -> ModelFiles:
+def check_model(opts: RunOptions, prewarm: bool = False) -> ModelFiles:
     """The model's files, read and checked without its weights: an unknown model, a language or task
-    it cannot do, an engine option or --prompt-column it does not fit are usage errors now."""
+    it cannot do, an engine option or --prompt-column it does not fit are usage errors now.
+    `prewarm`: in the process that will load the model, start the GPU libraries' loading
+    (engine/prewarm.py) as soon as the model's shape is known, before the slower checks."""
     from batchscribe.model_check import ModelFiles
 
     files = ModelFiles.resolve(opts.model, opts.cache_dir)
+    if prewarm:
+        from batchscribe.engine import prewarm as gpu_libraries
+
+        gpu_libraries.start(opts.engine, files.dims)
     files.check(opts.decode, opts.engine)
     check_item_prompts(opts, files.dims.is_multilingual)
     return files
@@ -180,7 +186,7 @@ def run(
         items = _peeked(iter_source(inputs, source))
         if transcriber_factory is None:
             checking = time.monotonic()
-            transcriber_factory = functools.partial(default_transcriber, files=check_model(opts))
+            transcriber_factory = functools.partial(default_transcriber, files=check_model(opts, prewarm=True))
             startup_seconds += time.monotonic() - checking  # reading the model's files: start-up too
         with lock_output(output_dir, prefix) as lock:
             state = checked_state(output_dir, prefix, config, opts, lock, listing)

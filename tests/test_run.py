@@ -241,6 +241,39 @@ def test_demo_end_to_end_real_model(tmp_path: Path, tiny_en_dir: Path) -> None:
     assert result.summary["rtfx"] > 0
 
 
+def test_a_run_starts_the_gpu_libraries_loading_before_it_reads_the_tokenizer(
+        tmp_path: Path, tiny_en_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """run() starts Prewarm (engine/prewarm.py) as soon as the model's shape is known, so on a GPU
+    the libraries load while the tokenizer is read; the Ray driver's check_model, in a process
+    that never loads the model, starts nothing."""
+    from batchscribe.engine import prewarm
+    from batchscribe.model.tokenizer import Tokenizer
+    from batchscribe.run import check_model
+
+    calls: list[tuple[Any, ...]] = []
+    real_start, real_from_folder = prewarm.start, Tokenizer.from_folder.__func__
+
+    def start(options: EngineOptions, dims: Any) -> Any:
+        calls.append(("prewarm", options.device, dims.n_audio_state))
+        return real_start(options, dims)
+
+    def from_folder(cls: type, *a: Any, **k: Any) -> Any:
+        calls.append(("tokenizer",))
+        return real_from_folder(cls, *a, **k)
+
+    monkeypatch.setattr(prewarm, "start", start)
+    monkeypatch.setattr(Tokenizer, "from_folder", classmethod(from_folder))
+    opts = RunOptions(model=str(tiny_en_dir), engine=EngineOptions(device="cpu"), workers=0,
+                      source=SourceOptions(limit=1))  # fmt: skip
+    files = check_model(opts)
+    assert calls == [("tokenizer",)]
+    assert files.tokenizer is files.tokenizer and len(calls) == 1  # read once
+    calls.clear()
+    run([str(DEMO / "manifest.jsonl")], tmp_path / "out", opts)
+    assert calls[:2] == [("prewarm", "cpu", 384), ("tokenizer",)]
+    assert len(read_all(tmp_path / "out")) == 1
+
+
 @needs_api
 def test_librispeech_parquet_real_model(tmp_path: Path, tiny_en_dir: Path, shared_data: Path) -> None:
     from openai.types.audio import TranscriptionVerbose

@@ -3,42 +3,69 @@
 In a fresh process each library loads its kernels on first use: Triton hashes its own install and
 builds its launcher, cuBLAS, cuFFT and cuDNN load their modules. On the H200 host that is about a
 second before the engine's own warm-up can start (docs/GPU_NOTES.md). Threads started as soon as
-the device is resolved pay it while the main thread reads the tokenizer and the weights: one for
-the CUDA libraries, one for Triton, whose hash of its own install (a few hundred MB, read and
-hashed with the GIL released) would otherwise wait behind them. The engine joins both before its
-warm-up, so no two threads build Triton kernels at once; a failure here is left for the real
-warm-up to raise, with its own context.
+the device is resolved pay it while the main thread reads the tokenizer, resolves the attention
+kernels (FlashInfer's import) and loads the weights: one for the CUDA libraries, one for Triton,
+whose hash of its own install (a few hundred MB, read and hashed with the GIL released) would
+otherwise wait behind them. The engine joins both before its warm-up, so no two threads build
+Triton kernels at once; a failure here is left for the real warm-up to raise, with its own context.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
+from batchscribe.config import EngineOptions
 from batchscribe.constants import HOP_LENGTH, N_FFT
-from batchscribe.engine.setup import EngineConfig
+from batchscribe.engine.setup import resolve_compute
 from batchscribe.model import encoder_triton
 from batchscribe.model.dims import ModelDims
+
+_Key = tuple[torch.device, torch.dtype, ModelDims, bool]
+_STARTED: dict[_Key, Prewarm] = {}
+_LOCK = threading.Lock()
+
+
+def start(options: EngineOptions, dims: ModelDims) -> Prewarm:
+    """This process's Prewarm for the device, dtype and encoder `options` resolve to and the
+    model's shape, started at the first call: run() calls it before the tokenizer loads and the
+    attention kernels resolve, and the Transcriber's own call then finds it. Raises resolve_engine's
+    ConfigErrors for those three options."""
+    device, dtype, encoder = resolve_compute(options)
+    key = (device, dtype, dims, encoder != "eager")
+    with _LOCK:
+        if key not in _STARTED:
+            _STARTED[key] = Prewarm(*key)
+        return _STARTED[key]
+
+
+@atexit.register
+def _join_started() -> None:
+    # A process that stops during start-up (a usage error found after the start, nothing left to
+    # do, Ctrl-C) waits for the loading threads rather than unloading libraries they are inside.
+    for warm in list(_STARTED.values()):
+        warm.join()
 
 
 class Prewarm:
     """Touches cuBLAS, cuFFT, cuDNN and SDPA in one thread and (for the fused encoder) Triton in
     another, once."""
 
-    def __init__(self, config: EngineConfig, dims: ModelDims):
+    def __init__(self, device: torch.device, dtype: torch.dtype, dims: ModelDims, fused: bool):
         self.threads: list[threading.Thread] = []
-        if config.device.type != "cuda":
+        if device.type != "cuda":
             return
-        steps = library_steps(config.device, config.dtype, dims, fused=config.encoder != "eager")
+        steps = library_steps(device, dtype, dims, fused)
         groups = {"cuda": [call for name, call in steps if not name.startswith("Triton")],
                   "triton": [call for name, call in steps if name.startswith("Triton")]}  # fmt: skip
         for name, calls in groups.items():
             if calls:
-                thread = threading.Thread(target=self._touch, args=(config.device, calls),
-                                          name=f"batchscribe-prewarm-{name}", daemon=True)  # fmt: skip
+                thread = threading.Thread(target=self._touch, args=(device, calls), name=f"batchscribe-prewarm-{name}",
+                                          daemon=True)  # fmt: skip
                 thread.start()
                 self.threads.append(thread)
 

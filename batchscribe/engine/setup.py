@@ -100,10 +100,8 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
     attention kernels, whether to capture graphs, the self-attention length buckets, batch
     invariance (by default on CUDA only), the budget of decoded audio in flight. Raises
     ConfigError naming the fix; touches no weights, so it runs before the model loads."""
-    device = resolve_device(options.device)
+    device, dtype, encoder = resolve_compute(options)
     cuda = device.type == "cuda"
-    dtype = DTYPES[options.dtype or ("float16" if cuda else "float32")]
-    encoder = _encoder_mode(options.encoder_precision, device, dtype)
     plan = resolve_attention(options.attention, options.cross_kv, device, dtype, fused_encoder=encoder != "eager")
     kv_buckets: tuple[int, ...] = ()
     if cuda:  # graphs need fixed lengths; ragged kernels read each row's own: one bucket
@@ -118,6 +116,15 @@ def resolve_engine(options: EngineOptions, dims: ModelDims) -> EngineConfig:
                         cuda_graphs=cuda and options.cuda_graphs, kv_buckets=kv_buckets,
                         fused_greedy=cuda and triton_select.triton_available(), encoder=encoder,
                         batch_invariant=invariant, audio_memory=options.audio_memory or host_audio_bytes())  # fmt: skip
+
+
+def resolve_compute(options: EngineOptions) -> tuple[torch.device, torch.dtype, str]:
+    """What resolve_engine resolves first, with its errors: the device, the dtype and the encoder
+    mode ("eager", "fused" or "fp8"). Enough for Prewarm to start before the attention kernels
+    resolve (FlashInfer's import) and the tokenizer loads."""
+    device = resolve_device(options.device)
+    dtype = DTYPES[options.dtype or ("float16" if device.type == "cuda" else "float32")]
+    return device, dtype, _encoder_mode(options.encoder_precision, device, dtype)
 
 
 def _encoder_mode(precision: str, device: torch.device, dtype: torch.dtype) -> str:

@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from batchscribe.config import EngineOptions
+from batchscribe.config import ConfigError, EngineOptions
 from batchscribe.engine import prewarm
 from batchscribe.engine.prewarm import Prewarm, library_steps
 from batchscribe.engine.setup import resolve_engine
@@ -20,10 +20,23 @@ TINY = ModelDims(n_mels=80, n_vocab=51864, n_audio_ctx=1500, n_audio_state=384, 
 
 
 def test_on_the_cpu_no_thread_is_started() -> None:
-    warm = Prewarm(resolve_engine(EngineOptions(device="cpu"), TINY), TINY)
+    warm = Prewarm(torch.device("cpu"), torch.float32, TINY, fused=False)
     assert warm.threads == []
     warm.join()  # joining nothing is fine, and so is joining twice
     warm.join()
+
+
+def test_start_is_once_per_process_for_a_device_dtype_and_model_shape() -> None:
+    """run() starts it early and the Transcriber's call finds the same one; another model shape or
+    dtype gets its own. The engine options are resolved as resolve_engine does, errors included."""
+    first = prewarm.start(EngineOptions(device="cpu"), TINY)
+    assert prewarm.start(EngineOptions(device="cpu", batch_size=4), TINY) is first  # slots don't matter
+    assert prewarm.start(EngineOptions(device="cpu"), dataclasses.replace(TINY, n_audio_state=512)) is not first
+    assert prewarm.start(EngineOptions(device="cpu", dtype="bfloat16"), TINY) is not first
+    assert first.threads == []  # the CPU needs no loading
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA"):
+            prewarm.start(EngineOptions(device="cuda"), TINY)
 
 
 def test_each_library_step_runs_on_the_cpu_too() -> None:
@@ -53,8 +66,7 @@ def test_triton_warms_beside_the_cuda_libraries_not_after_them(monkeypatch: pyte
     steps = [("cuBLAS (GEMM)", cuda_step), ("SDPA", lambda: ran.append(("sdpa", threading.current_thread().name, True))),
              ("Triton (add_norm)", triton_step)]  # fmt: skip
     monkeypatch.setattr(prewarm, "library_steps", lambda *a, **k: steps)
-    cpu = resolve_engine(EngineOptions(device="cpu"), TINY)
-    warm = Prewarm(dataclasses.replace(cpu, device=torch.device("cuda")), TINY)  # synchronize fails: swallowed
+    warm = Prewarm(torch.device("cuda"), torch.float16, TINY, fused=True)  # synchronize fails: swallowed
     assert [t.name for t in warm.threads] == ["batchscribe-prewarm-cuda", "batchscribe-prewarm-triton"]
     warm.join()
     assert warm.threads == []
@@ -75,7 +87,7 @@ def test_the_library_calls_run_on_cuda(dtype: str) -> None:
         call()
     torch.cuda.synchronize()
     assert any(name.startswith("Triton") for name, _ in steps) == fused
-    warm = Prewarm(config, TINY)
+    warm = Prewarm(config.device, config.dtype, TINY, fused)
     assert len(warm.threads) == 1 + fused
     warm.join()
     assert warm.threads == []
