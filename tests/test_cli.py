@@ -24,7 +24,7 @@ runner = CliRunner()
 
 def use_fake(monkeypatch: pytest.MonkeyPatch, make: Callable[[RunOptions], FakeTranscriber]) -> None:
     """run() makes its transcriber with `make`, and checks no real model first."""
-    monkeypatch.setattr(batchscribe.run, "check_model", lambda opts: None)
+    monkeypatch.setattr(batchscribe.run, "check_model", lambda opts, prewarm=False: None)
     monkeypatch.setattr(batchscribe.run, "default_transcriber", lambda opts, files=None: make(opts))
 
 
