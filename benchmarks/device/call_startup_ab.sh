@@ -23,4 +23,4 @@ for r in $(seq 0 ${ROUNDS:-3}); do
     profile $PWD $commit new_$r
 done
 r=${ROUNDS:-3}
-for label in base_$r new_$r; do echo "== $label"; head -40 $OUT/startup_$label.txt | cut -c1-140; done
+for label in base_$r new_$r; do echo "== $label"; head -34 $OUT/startup_$label.txt | cut -c1-120; done
