@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +75,30 @@ def test_triton_warms_beside_the_cuda_libraries_not_after_them(monkeypatch: pyte
     assert warm.threads == []
     assert sorted(ran) == [("cuda", "batchscribe-prewarm-cuda", True), ("sdpa", "batchscribe-prewarm-cuda", True),
                            ("triton", "batchscribe-prewarm-triton", True)]  # fmt: skip
+
+
+def test_a_process_that_exits_during_start_up_waits_for_the_loading_threads(tmp_path: Path) -> None:
+    """The threads are daemons (a run never waits on them by mistake), so without the exit hook a
+    process that stops right after start() (a usage error, nothing left to do) would leave them
+    inside the libraries as it unloads them. Here a stand-in step outlives the main thread."""
+    marker = tmp_path / "step-finished"
+    script = f"""
+import pathlib, time, torch
+from batchscribe.config import EngineOptions
+from batchscribe.engine import prewarm
+from batchscribe.model.dims import ModelDims
+
+def step():
+    time.sleep(0.5)
+    pathlib.Path({str(marker)!r}).write_text("done")
+
+prewarm.library_steps = lambda *a, **k: [("cuBLAS (GEMM)", step)]
+prewarm.resolve_compute = lambda options: (torch.device("cuda"), torch.float16, "fused")
+warm = prewarm.start(EngineOptions(), ModelDims(**{dataclasses.asdict(TINY)!r}))
+assert len(warm.threads) == 1
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    assert marker.read_text() == "done"
 
 
 @pytest.mark.gpu
