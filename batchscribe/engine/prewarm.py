@@ -28,6 +28,7 @@ from batchscribe.model.dims import ModelDims
 _Key = tuple[torch.device, torch.dtype, ModelDims, bool]
 _STARTED: dict[_Key, Prewarm] = {}
 _LOCK = threading.Lock()
+EXIT_WAIT_SECONDS = 60.0  # the libraries' loading takes ~1-3 s on a fresh machine (docs/GPU_NOTES.md)
 
 
 def start(options: EngineOptions, dims: ModelDims) -> Prewarm:
@@ -46,9 +47,10 @@ def start(options: EngineOptions, dims: ModelDims) -> Prewarm:
 @atexit.register
 def _join_started() -> None:
     # A process that stops during start-up (a usage error found after the start, nothing left to
-    # do, Ctrl-C) waits for the loading threads rather than unloading libraries they are inside.
+    # do, Ctrl-C) waits for the loading threads rather than unloading libraries they are inside;
+    # a bounded wait, so a library that never returns cannot keep the process from exiting.
     for warm in list(_STARTED.values()):
-        warm.join()
+        warm.join(timeout=EXIT_WAIT_SECONDS)
 
 
 class Prewarm:
@@ -69,10 +71,11 @@ class Prewarm:
                 thread.start()
                 self.threads.append(thread)
 
-    def join(self) -> None:
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the threads (at most `timeout` seconds each, at exit)."""
         for thread in self.threads:
-            thread.join()
-        self.threads = []
+            thread.join(timeout)
+        self.threads = [t for t in self.threads if t.is_alive()]
 
     @staticmethod
     @torch.no_grad()

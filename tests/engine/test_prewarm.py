@@ -99,6 +99,10 @@ assert len(warm.threads) == 1
 """
     subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
     assert marker.read_text() == "done"
+    # A step that never returns delays the exit by EXIT_WAIT_SECONDS at most.
+    stuck = script.replace("time.sleep(0.5)", "threading.Event().wait()").replace("import pathlib,", "import threading, pathlib,")
+    stuck += "prewarm.EXIT_WAIT_SECONDS = 0.5\n"
+    subprocess.run([sys.executable, "-c", stuck], check=True, timeout=60)
 
 
 @pytest.mark.gpu
