@@ -39,6 +39,8 @@ cp .pytest_models/converted/base/tokenizer.json .stage/p1/basetok/
 cp "$tiny"/*.json .stage/p1/tinyjson/
 split -n 3 -d "$tiny/model.safetensors" .stage/tinypart_
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
+# The two parts alone (hard links), for calls that carry something beside them (call_startup_ab.sh).
+mkdir -p .stage/p2t && ln .stage/p2/tinypart_00 .stage/p2/tinypart_01 .stage/p2t/
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
 # The GPU feature tests' test-clean rows ride with call A (p2 is near the 64 MiB a call carries).
 cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p1/data/librispeech/
