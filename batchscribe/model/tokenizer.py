@@ -257,8 +257,8 @@ class Tokenizer:
         if set(symbols) != set(tokenizers.pre_tokenizers.ByteLevel.alphabet()):
             return None
         added = self._inner.get_added_tokens_decoder()  # decoded as they are, not byte by byte
-        # Symbol -> the code point of its byte, so str.translate then latin-1 give the bytes in C
-        # (half of start-up's tokenizer time went to a per-character generator here).
+        # Symbol -> the code point of its byte: str.translate then latin-1 give a token's bytes in C,
+        # not a generator per character (start-up builds this for every one of ~50k tokens).
         to_bytes, alphabet = str.maketrans(symbols), frozenset(symbols)
         table: dict[int, bytes] = {}
         for token, token_id in self._inner.get_vocab(with_added_tokens=False).items():

@@ -109,7 +109,7 @@ assert len(warm.threads) == 1
 @gpu[1]
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_the_library_calls_run_on_cuda(dtype: str) -> None:
-    """Called directly: Prewarm's thread swallows errors (the engine's own warm-up reports them), so
+    """Called directly: Prewarm's threads swallow errors (the engine's own warm-up reports them), so
     this is where a broken call would show."""
     config = resolve_engine(EngineOptions(device="cuda", dtype=dtype), TINY)
     fused = config.encoder != "eager"
