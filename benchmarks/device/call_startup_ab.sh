@@ -13,11 +13,8 @@ source benchmarks/device/env.sh
 commit=$1; base=$2
 S=$HOME/stage
 export BATCHSCRIBE_CACHE=$S/models BATCHSCRIBE_TEST_CACHE=$S/models
-if [ ! -s $S/models/converted/tiny.en/model.safetensors ]; then  # as stage_b.sh, from the parts carried here
-    mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
-    cat .stage/p2t/tinypart_00 .stage/p2t/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
-    mkdir -p ../shared/data && cp -r $S/data/* ../shared/data/  # call A's test-clean rows
-fi
+# tiny.en from the parts carried here and call A's test-clean rows, unless already staged
+[ -s $S/models/converted/tiny.en/model.safetensors ] || bash benchmarks/device/stage_b.sh .stage/p2t
 P=$PWD/../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet
 profile() {  # TREE COMMIT LABEL
     local tree=$1 at=$2 label=$3

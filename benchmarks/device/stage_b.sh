@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # After call_a.sh (carry .stage/p2): assemble tiny.en from its three parts and copy the data to
-# ../shared/data. call_b.sh starts with it; w1_variants.sh needs it.
+# ../shared/data. call_b.sh starts with it; w1_variants.sh needs it. PARTS: where the first two
+# parts are (default .stage/p2; call_startup_ab.sh passes .stage/p2t, the parts without p2's data).
 S=$HOME/stage
+parts=${1:-.stage/p2}
 mkdir -p $S/models/converted/tiny.en && cp $S/tinyjson/* $S/models/converted/tiny.en/
-cat .stage/p2/tinypart_00 .stage/p2/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
-mkdir -p ../shared/data && cp -r .stage/p2/data/* ../shared/data/
+cat $parts/tinypart_00 $parts/tinypart_01 $S/tinypart_02 > $S/models/converted/tiny.en/model.safetensors
+mkdir -p ../shared/data
+if [ -d $parts/data ]; then cp -r $parts/data/* ../shared/data/; fi
 if [ -d $S/data ]; then cp -r $S/data/* ../shared/data/; fi  # what call A carried (.stage/p1/data)

@@ -77,32 +77,35 @@ def test_triton_warms_beside_the_cuda_libraries_not_after_them(monkeypatch: pyte
                            ("triton", "batchscribe-prewarm-triton", True)]  # fmt: skip
 
 
-def test_a_process_that_exits_during_start_up_waits_for_the_loading_threads(tmp_path: Path) -> None:
-    """The threads are daemons (a run never waits on them by mistake), so without the exit hook a
-    process that stops right after start() (a usage error, nothing left to do) would leave them
-    inside the libraries as it unloads them. Here a stand-in step outlives the main thread."""
-    marker = tmp_path / "step-finished"
+def _exit_during_start_up(step_body: str, exit_wait: float = 60.0) -> None:
+    """A fresh process starts Prewarm (on a pretended GPU) with one stand-in step and exits at once."""
     script = f"""
-import pathlib, time, torch
+import pathlib, threading, time, torch
 from batchscribe.config import EngineOptions
 from batchscribe.engine import prewarm
 from batchscribe.model.dims import ModelDims
 
 def step():
-    time.sleep(0.5)
-    pathlib.Path({str(marker)!r}).write_text("done")
+    {step_body}
 
 prewarm.library_steps = lambda *a, **k: [("cuBLAS (GEMM)", step)]
 prewarm.resolve_compute = lambda options: (torch.device("cuda"), torch.float16, "fused")
+prewarm.EXIT_WAIT_SECONDS = {exit_wait}
 warm = prewarm.start(EngineOptions(), ModelDims(**{dataclasses.asdict(TINY)!r}))
 assert len(warm.threads) == 1
 """
-    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+
+
+def test_a_process_that_exits_during_start_up_waits_for_the_loading_threads(tmp_path: Path) -> None:
+    """The threads are daemons (a run never waits on them by mistake), so without the exit hook a
+    process that stops right after start() (a usage error, nothing left to do) would leave them
+    inside the libraries as it unloads them. Here a stand-in step outlives the main thread."""
+    marker = tmp_path / "step-finished"
+    _exit_during_start_up(f"time.sleep(0.5); pathlib.Path({str(marker)!r}).write_text('done')")
     assert marker.read_text() == "done"
-    # A step that never returns delays the exit by EXIT_WAIT_SECONDS at most.
-    stuck = script.replace("time.sleep(0.5)", "threading.Event().wait()").replace("import pathlib,", "import threading, pathlib,")
-    stuck += "prewarm.EXIT_WAIT_SECONDS = 0.5\n"
-    subprocess.run([sys.executable, "-c", stuck], check=True, timeout=60)
+    # A step that never returns delays the exit by EXIT_WAIT_SECONDS at most (else the 60 s timeout fails it).
+    _exit_during_start_up("threading.Event().wait()", exit_wait=0.5)
 
 
 @pytest.mark.gpu
