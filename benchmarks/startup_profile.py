@@ -29,7 +29,7 @@ PHASES = [
     "batchscribe.model_check:Tokenizer.from_folder", "batchscribe.api:weights_sha256", "batchscribe.api:load_state_dict",
     "batchscribe.model_check:resolve_engine",
     "batchscribe.api:Whisper.load_hf_state_dict", "batchscribe.api:Whisper.to", "batchscribe.api:Transcriber.scheduler",
-    "batchscribe.api:Prewarm.join",
+    "batchscribe.engine.prewarm:Prewarm.join",
     "batchscribe.engine.engine:DecoderCache.allocate", "batchscribe.engine.engine:build_backend",
     "batchscribe.engine.engine:Stager.__init__", "batchscribe.engine.engine:WindowEncoder.warm_up",
     "batchscribe.engine.engine:one_step_seconds", "batchscribe.engine.engine:StepGraphs.capture",
