@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import operator
 import re
 from collections.abc import Sequence
 from functools import cached_property
@@ -352,22 +353,26 @@ def _restore_missing_merges(data: dict) -> bool:
         return False
     vocab: dict[str, int] = model["vocab"]
     as_pairs = isinstance(model["merges"][0], list)
-    merges = [m if as_pairs else m.split(" ") for m in model["merges"]]
-    ranks = [vocab.get(a + b, -1) for a, b in merges]
-    if any(x >= y for x, y in zip(ranks, ranks[1:])):
+    # Each merge's product in one pass (this runs on every model load): byte-level BPE symbols
+    # hold no literal space, so "a b" with its space removed is a + b.
+    products = map("".join, model["merges"]) if as_pairs else (m.replace(" ", "") for m in model["merges"])
+    ranks = [vocab.get(token, -1) for token in products]
+    if not all(map(operator.lt, ranks, ranks[1:])):
         return False  # merges not in vocabulary order: leave them as they are
     eot = vocab.get("<|endoftext|>", ranks[-1] + 1)
     produced = set(ranks)
     lost = sorted((token_id, token) for token, token_id in vocab.items()
                   if 256 <= token_id < eot and token_id not in produced and len(token) == 2
                   and token[0] in vocab and token[1] in vocab)  # fmt: skip
+    if not lost:
+        return False
+    merges = [m if as_pairs else m.split(" ") for m in model["merges"]]
     for token_id, token in lost:
         at = bisect.bisect(ranks, token_id)
         merges.insert(at, [token[0], token[1]])
         ranks.insert(at, token_id)
-    if lost:
-        model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
-    return bool(lost)
+    model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
+    return True
 
 
 def _parse_ids(spec: str) -> list[int]:
