@@ -149,6 +149,13 @@ def _rounded(record: dict) -> dict:
     return {**record, "segments": [{**seg, **{k: round(seg[k], 5) for k in keys}} for seg in record["segments"]]}
 
 
+@pytest.fixture(scope="module")
+def references() -> dict[int, tuple[list[dict], int]]:
+    """_one_window_at_a_time's result by slot count, computed once in this module: it depends on
+    the items and on the step's row count alone (one window at a time, one alignment each)."""
+    return {}
+
+
 def _one_window_at_a_time(sched, items) -> tuple[list[dict], int]:
     """The reference for word timestamps: each item alone, one window at a time in slot 0, every
     step read at once, the window's words timed synchronously by the engine's Aligner before the
@@ -190,8 +197,8 @@ def _probabilities(records: list[dict]) -> list[float]:
 
 @pytest.mark.parametrize("check_every,lag,hold,align_lag", [(1, 0, 0, 0), (3, 1, 0, 0), (1, 0, 3, 0), (3, 1, 2, 0),
                                                              (1, 0, 0, 2), (3, 1, 2, 1)])  # fmt: skip
-def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, monkeypatch, check_every,
-                                                                   lag, hold, align_lag) -> None:  # fmt: skip
+def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, items, references, monkeypatch,
+                                                                   check_every, lag, hold, align_lag) -> None:  # fmt: skip
     """With word timestamps the scheduler holds a read's windows for a fuller alignment batch (up
     to `hold` collects, their slots kept from admission), queues their pass and settles them at the
     next collect, or `align_lag` collects after it (the last one, no slot in use, settles every
@@ -208,7 +215,9 @@ def test_words_settled_one_collect_later_equal_timing_them_at_once(transcriber, 
     engine.aligner.max_batch = 2 if hold else engine.aligner.max_batch
     rows_in_use = slots.rows_in_use  # a fixed row count, as in _run: float sums alike in both paths
     monkeypatch.setattr(slots, "rows_in_use", lambda: slots.n_slots if rows_in_use() else 0)
-    expected, moved = _one_window_at_a_time(sched, items)
+    if n_slots not in references:
+        references[n_slots] = _one_window_at_a_time(sched, items)
+    expected, moved = references[n_slots]
 
     collects, spans, submitted = [0], [], []  # spans: per settled pass, collects begun since its submit
     collect, submit = sched._collect, engine.submit_alignment
