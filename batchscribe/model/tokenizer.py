@@ -353,8 +353,8 @@ def _restore_missing_merges(data: dict) -> bool:
         return False
     vocab: dict[str, int] = model["vocab"]
     as_pairs = isinstance(model["merges"][0], list)
-    # Each merge's product in one pass (this runs on every model load): byte-level BPE symbols
-    # hold no literal space, so "a b" with its space removed is a + b.
+    # Each merge's product in one pass (this runs on every model load). A merge written "a b"
+    # holds one space, its separator: symbols with spaces need the pair form.
     products = map("".join, model["merges"]) if as_pairs else (m.replace(" ", "") for m in model["merges"])
     ranks = [vocab.get(token, -1) for token in products]
     if not all(map(operator.lt, ranks, ranks[1:])):
