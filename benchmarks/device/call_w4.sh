@@ -21,6 +21,6 @@ for args in "$@"; do
 done
 cp benchmarks/RESULTS.md $OUT/
 if [ "${FLASHINFER_PREFILL:-0}" = 1 ]; then  # last: its first call JIT-builds the prefill kernels
-    (cd benchmarks && timeout ${FLASHINFER_TIMEOUT:-240} python3 encoder_speed.py --flashinfer) > $OUT/prefill.txt 2>&1
+    (cd benchmarks && timeout ${FLASHINFER_TIMEOUT:-240} python3 encoder_speed.py --flashinfer --groups 32) > $OUT/prefill.txt 2>&1
     grep -E "attention|flashinfer" $OUT/prefill.txt | cut -c1-400
 fi
