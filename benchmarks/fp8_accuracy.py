@@ -9,7 +9,9 @@ are torch._scaled_mm. The model's dtype is the device's default (float32 on the 
 GPU for tiny.en and base) unless --dtype says: `--dtype float16` on the CPU compares fp8 against
 the GPU's default precision. `--dense-layers 0 0,5` compares fp8 encoders that keep those layers in
 the model's dtype (the engine's own choice is model/fused_encoder.FP8_DENSE_LAYERS). Greedy
-decoding (temperature 0) so that the fallback cannot hide a change.
+decoding (temperature 0) so that the fallback cannot hide a change. `--attention e4m3` adds fp8
+attention in the fp8 layers, emulated as FlashInfer's FA3 e4m3 kernel computes it (fa3_e4m3_emulated):
+what it would cost in accuracy, before any kernel is built for it.
 Prints a table and appends rows to benchmarks/RESULTS.md.
 """
 
@@ -32,6 +34,39 @@ def rows(name: str, n: int) -> tuple[list, dict[str, str]]:
     return items, {str(r["id"]): r["text"] for r in table}
 
 
+def fa3_e4m3_emulated(n_head: int):
+    """An EncoderAttention `(qkv [M, 3 d], windows) -> [M, d]` with FA3's e4m3 arithmetic, in float32:
+    q, k and v quantised to e4m3 with one scale each per window (amax / 448); logits from the
+    quantised q and k; the softmax's unnormalised P (exp(s - row max), in (0, 1]) scaled by 448 and
+    quantised to e4m3 before the PV product, as FlashInfer's sm90 fp8 kernel does (p_scale); the
+    normaliser summed from the unquantised P. Per-window scales keep a window's result independent
+    of the windows beside it (a per-tensor scale over a chunk would not)."""
+    import math
+
+    import torch
+
+    from batchscribe.model.fp8 import E4M3, E4M3_MAX, MIN_SCALE
+
+    def quantised(x: torch.Tensor) -> torch.Tensor:  # x: [H, T, hd], one scale for the window
+        scale = x.abs().amax().clamp_min(MIN_SCALE) / E4M3_MAX
+        return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).float() * scale
+
+    def attend(qkv: torch.Tensor, windows: int) -> torch.Tensor:
+        m, three_d = qkv.shape
+        d = three_d // 3
+        heads = qkv.float().view(windows, m // windows, 3, n_head, d // n_head)
+        out = torch.empty(windows, m // windows, n_head, d // n_head)
+        for w in range(windows):  # one window's [H, T, T] logits at a time
+            q, k, v = (quantised(heads[w, :, i].transpose(0, 1)) for i in range(3))  # [H, T, hd]
+            logits = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+            p = torch.exp(logits - logits.amax(-1, keepdim=True))
+            p_e4m3 = (p * E4M3_MAX).to(E4M3).float() / E4M3_MAX
+            out[w] = ((p_e4m3 @ v) / p.sum(-1, keepdim=True)).transpose(0, 1)
+        return out.view(m, d).to(qkv.dtype)
+
+    return attend
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=["tiny.en", "base"])
@@ -42,6 +77,8 @@ def main() -> None:
     ap.add_argument("--dense-layers", nargs="*", default=None, metavar="I,J",
                     help="fp8 variants to compare, each the layers kept dense (\"\" for none); default: the engine's")
     ap.add_argument("--sets", nargs="*", choices=list(SETS), default=list(SETS))
+    ap.add_argument("--attention", choices=["dtype", "e4m3"], default="dtype",
+                    help="the fp8 layers' attention: the model's dtype (the engine's), or FA3's e4m3 emulated")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import jiwer
@@ -53,6 +90,18 @@ def main() -> None:
 
     norm = get_normalizer("english")
     engine_default = encoder.FP8_DENSE_LAYERS
+    if args.attention == "e4m3":
+        # NOTE: a benchmark-only override: the fp8 layers of every fused encoder attend in e4m3
+        fused = encoder.FusedEncoder
+
+        def fused_e4m3(*a, **kw):
+            built = fused(*a, **kw)
+            for layer in built.layers:
+                if layer.fp8 is not None:
+                    layer.attention = fa3_e4m3_emulated(layer.n_head)
+            return built
+
+        encoder.FusedEncoder = fused_e4m3
     table = []
     for model in args.models:
         for name in args.sets:
@@ -73,7 +122,7 @@ def main() -> None:
             for variant in [v for v in texts if v != "auto"]:
                 same = sum(texts["auto"][i] == texts[variant][i] for i in ids) / len(ids)
                 table.append((model, name, wer["auto"], wer[variant], same, len(ids), dtype, variant))
-                print(f"{model:<8} {name:<14} {variant:<14} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
+                print(f"{model:<8} {name:<14} {variant:<14} attention {args.attention:<5} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
                       f"(delta {wer[variant] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
     encoder.FP8_DENSE_LAYERS = engine_default
     print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
@@ -81,7 +130,8 @@ def main() -> None:
         for model, name, w_auto, w_fp8, same, n, dtype, variant in table:
             common.append_result({
                 "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {dtype}"
-                            + ("" if variant == "fp8" else f", {variant}"),
+                            + ("" if variant == "fp8" else f", {variant}")
+                            + (", attention e4m3 (FA3 emulated)" if args.attention == "e4m3" else ""),
                 "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
                 "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
                 "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
