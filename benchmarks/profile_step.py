@@ -1,10 +1,10 @@
 """Where a decode step's and the encoder's device time goes: torch.profiler tables by kernel.
 
-    python benchmarks/profile_step.py --tokenizer-from BASE_HF_FOLDER [--configs flashinfer:fp8] [--slots 256]
+    python benchmarks/profile_step.py --tokenizer-from BASE_HF_FOLDER [--arch large-v3|turbo] [--configs flashinfer:fp8] [--slots 256]
 
-Builds the W2 engine (large-v3 architecture, random bf16 weights; see w2_large_v3.py), fills every
-slot with one admission, then profiles eager decode steps at the full bucket and one admission chunk
-of 32 windows as the engine encodes it (log-mel, the encoder as `EngineConfig.encoder` says, every
+Builds the W2 engine (large-v3 architecture, or W4's turbo with --arch turbo; random bf16 weights;
+see w2_large_v3.py), fills every slot with one admission, then profiles eager decode steps at the
+full bucket and one admission chunk of 32 windows as the engine encodes it (log-mel, the encoder as `EngineConfig.encoder` says, every
 layer's cross K/V written into the slots), printing the kernels that take the most device time.
 """
 
@@ -21,19 +21,22 @@ from torch.profiler import ProfilerActivity, profile
 from batchscribe.config import EngineOptions
 from batchscribe.engine.setup import resolve_engine
 from batchscribe.model.dims import ModelDims
-from w2_large_v3 import LARGE_V3, large_v3_tokenizer, random_model, scheduler
+import w2_large_v3
+from w2_large_v3 import ARCHS, large_v3_tokenizer, random_model, scheduler
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tokenizer-from", type=Path, required=True)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="large-v3")
     ap.add_argument("--configs", nargs="*", default=["flashinfer:fp8"])
     ap.add_argument("--slots", type=int, default=256)
     ap.add_argument("--rows", type=int, default=30, help="kernels to list")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         tok = large_v3_tokenizer(args.tokenizer_from, Path(tmp))
-    dims = ModelDims.from_hf_config(LARGE_V3)
+    w2_large_v3.ARCH = ARCHS[args.arch]  # what random_model builds
+    dims = ModelDims.from_hf_config(w2_large_v3.ARCH)
     model = random_model(torch.bfloat16)
     audio = (np.random.default_rng(0).standard_normal(16000 * 30) * 0.1).astype(np.float32)
     for config in args.configs:
