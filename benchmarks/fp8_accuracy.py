@@ -55,7 +55,7 @@ def fa3_e4m3_emulated(n_head: int):
         m, three_d = qkv.shape
         d = three_d // 3
         heads = qkv.float().view(windows, m // windows, 3, n_head, d // n_head)
-        out = torch.empty(windows, m // windows, n_head, d // n_head)
+        out = torch.empty(windows, m // windows, n_head, d // n_head, device=qkv.device)
         for w in range(windows):  # one window's [H, T, T] logits at a time
             q, k, v = (quantised(heads[w, :, i].transpose(0, 1)) for i in range(3))  # [H, T, hd]
             logits = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])

@@ -5,7 +5,8 @@
 Builds the W2 engine (large-v3 architecture, or W4's turbo with --arch turbo; random bf16 weights;
 see w2_large_v3.py), fills every slot with one admission, then profiles eager decode steps at the
 full bucket and one admission chunk of 32 windows as the engine encodes it (log-mel, the encoder
-as `EngineConfig.encoder` says, every layer's cross K/V written into the slots), printing the kernels that take the most device time.
+as `EngineConfig.encoder` says, every layer's cross K/V written into the slots), printing the
+kernels that take the most device time.
 """
 
 from __future__ import annotations
