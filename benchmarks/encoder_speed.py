@@ -18,6 +18,7 @@ import common
 from batchscribe.attention.flashinfer_prefill import FlashInferEncoderAttention
 from batchscribe.attention.registry import fa3_runs
 from batchscribe.model.dims import ModelDims
+from batchscribe.model.fp8 import quantize_rows
 from batchscribe.model.fused_encoder import FusedEncoder
 from batchscribe.model.whisper import Whisper
 from w2_large_v3 import ARCHS
@@ -66,7 +67,6 @@ def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[
     """One fused layer's parts, each timed alone (ms per layer over `group` windows)."""
     from batchscribe.model import encoder_ops as ops
     from batchscribe.model import encoder_triton
-    from batchscribe.model.fp8 import quantize_rows
 
     layer, m = encoder.layers[0], x.shape[0]
     d, n_mlp = x.shape[1], layer.fp8["fc1"].out_features if layer.fp8 else layer.w_t["fc1"].shape[1]
@@ -125,8 +125,9 @@ def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
         return float((got.float().reshape(ref.shape) - ref).norm() / ref.norm())
 
     q, k, v = (qkv[:, i] for i in range(3))  # [group * t, h, hd], strided views as the encoder passes them
-    scales = [float(x.abs().amax()) / 448.0 for x in (q, k, v)]
-    q8, k8, v8 = ((x / s).to(torch.float8_e4m3fn) for x, s in zip((q, k, v), scales))
+    per_tensor = [quantize_rows(x.reshape(1, -1)) for x in (q, k, v)]  # (e4m3 [1, n], scale [1, 1]) each
+    q8, k8, v8 = (x8.view(x.shape) for (x8, _), x in zip(per_tensor, (q, k, v)))
+    scales = [float(scale) for _, scale in per_tensor]
     cases = [("fa3", "fa3", torch.bfloat16, (q, k, v), {}),
              ("fa3 e4m3", "fa3", torch.float8_e4m3fn, (q8, k8, v8),
               {"q_scale": scales[0], "k_scale": scales[1], "v_scale": scales[2]}),

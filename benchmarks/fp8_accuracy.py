@@ -45,11 +45,11 @@ def fa3_e4m3_emulated(n_head: int):
 
     import torch
 
-    from batchscribe.model.fp8 import E4M3, E4M3_MAX, MIN_SCALE
+    from batchscribe.model.fp8 import E4M3, E4M3_MAX, quantize_rows
 
     def quantised(x: torch.Tensor) -> torch.Tensor:  # x: [H, T, hd], one scale for the window
-        scale = x.abs().amax().clamp_min(MIN_SCALE) / E4M3_MAX
-        return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3).float() * scale
+        q, scale = quantize_rows(x.reshape(1, -1))  # the encoder's own e4m3 rounding, one row
+        return (q.float() * scale).view(x.shape)
 
     def attend(qkv: torch.Tensor, windows: int) -> torch.Tensor:
         m, three_d = qkv.shape
