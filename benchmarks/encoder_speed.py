@@ -99,12 +99,15 @@ def layer_breakdown(encoder: FusedEncoder, x: torch.Tensor, group: int) -> dict[
         return {name: round(common.time_ms(fn), 3) for name, fn in parts.items()}
 
 
-def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
+FLASHINFER_CASES = ("fa3", "fa3-e4m3", "fa2", "fmha_v2", "flashinfer-cudnn")
+
+
+def flashinfer_attention(dims: ModelDims, group: int, names: tuple[str, ...] = FLASHINFER_CASES) -> dict[str, float]:
     """FlashInfer's ragged prefill (each window one sequence, no mask) against cuDNN's SDPA over
     the same q/k/v slices of one QKV output (ms per layer), each with its error against fp32.
     Its first call of each backend and dtype JIT-builds the kernel (~75 s for FA3).
 
-    `fa3 e4m3` is FA3 over e4m3 q/k/v with one scale each (amax / 448, not timed here: in the
+    `fa3-e4m3` is FA3 over e4m3 q/k/v with one scale each (amax / 448, not timed here: in the
     encoder it would come from the QKV GEMM's epilogue) and a bf16 output; its error is what fp8
     attention would add to the fp8 encoder. The q/k/v here are random normal: the error on real
     weights' activations (outliers) is a separate check."""
@@ -127,14 +130,15 @@ def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
     q, k, v = (qkv[:, i] for i in range(3))  # [group * t, h, hd], strided views as the encoder passes them
     per_tensor = [quantize_rows(x.reshape(1, -1)) for x in (q, k, v)]  # (e4m3 [1, n], scale [1, 1]) each
     q8, k8, v8 = (x8.view(x.shape) for (x8, _), x in zip(per_tensor, (q, k, v)))
-    scales = [float(scale) for _, scale in per_tensor]
-    cases = [("fa3", "fa3", torch.bfloat16, (q, k, v), {}),
-             ("fa3 e4m3", "fa3", torch.float8_e4m3fn, (q8, k8, v8),
-              {"q_scale": scales[0], "k_scale": scales[1], "v_scale": scales[2]}),
-             ("fa2", "fa2", torch.bfloat16, (q, k, v), {}),
-             ("fmha_v2", "fmha_v2", torch.bfloat16, (q, k, v), {}),
-             ("flashinfer cudnn", "cudnn", torch.bfloat16, tuple(x.contiguous() for x in (q, k, v)), {})]  # fmt: skip
-    for name, backend, dtype, tensors, scale_kw in cases:
+    # The ragged wrapper hands FA3's fp8 kernel its scales as extra positional tensors, one per
+    # head (its q_scale/k_scale/v_scale keywords are for the cuDNN path).
+    scales = tuple(scale.float().reshape(1).expand(h).contiguous() for _, scale in per_tensor)  # [h] each
+    cases = [("fa3", "fa3", torch.bfloat16, (q, k, v)),
+             ("fa3-e4m3", "fa3", torch.float8_e4m3fn, (q8, k8, v8) + scales),
+             ("fa2", "fa2", torch.bfloat16, (q, k, v)),
+             ("fmha_v2", "fmha_v2", torch.bfloat16, (q, k, v)),
+             ("flashinfer-cudnn", "cudnn", torch.bfloat16, tuple(x.contiguous() for x in (q, k, v)))]  # fmt: skip
+    for name, backend, dtype, tensors in (case for case in cases if case[0] in names):
         try:
             workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
             wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
@@ -142,8 +146,8 @@ def flashinfer_attention(dims: ModelDims, group: int) -> dict[str, float]:
             if backend == "cudnn":
                 extra |= {"max_token_per_sequence": t, "max_sequence_kv": t}
             wrapper.plan(indptr, indptr, h, h, hd, causal=False, q_data_type=dtype, kv_data_type=dtype, **extra)
-            got = wrapper.run(*tensors, **scale_kw)
-            out[name] = common.time_ms(lambda: wrapper.run(*tensors, **scale_kw))
+            got = wrapper.run(*tensors)
+            out[name] = common.time_ms(lambda: wrapper.run(*tensors))
             out[name + " error"] = error(got)
         except Exception as exc:  # noqa: BLE001 - a missing backend is a result here
             print(f"flashinfer {name}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
@@ -158,12 +162,14 @@ def main() -> None:
     ap.add_argument("--no-append", action="store_true")
     ap.add_argument("--flashinfer", action="store_true",
                     help="only FlashInfer's prefill backends (FA3 in bf16 and e4m3 too) against cuDNN, at --groups")
+    ap.add_argument("--backends", nargs="*", choices=FLASHINFER_CASES, default=list(FLASHINFER_CASES),
+                    help="with --flashinfer: which of them (each uncached one JIT-builds on first use)")
     args = ap.parse_args()
     config = ARCHS[args.arch]
     dims = ModelDims.from_hf_config(config)
     if args.flashinfer:
         for group in args.groups:
-            print(f"attention per layer, {group} windows (ms):", flashinfer_attention(dims, group), flush=True)
+            print(f"attention per layer, {group} windows (ms):", flashinfer_attention(dims, group, tuple(args.backends)), flush=True)
         return
     torch.manual_seed(0)
     with torch.device("cuda"):
