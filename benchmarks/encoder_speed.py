@@ -169,7 +169,8 @@ def main() -> None:
     dims = ModelDims.from_hf_config(config)
     if args.flashinfer:
         for group in args.groups:
-            print(f"attention per layer, {group} windows (ms):", flashinfer_attention(dims, group, tuple(args.backends)), flush=True)
+            times = flashinfer_attention(dims, group, tuple(args.backends))
+            print(f"attention per layer, {group} windows (ms):", times, flush=True)
         return
     torch.manual_seed(0)
     with torch.device("cuda"):
