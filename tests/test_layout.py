@@ -11,7 +11,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "batchscribe"
 # Each top-level unit's layer: a module may import its own unit or a lower layer, never a higher one.
 LAYERS = {
-    "version": 0, "constants": 0, "stops": 0, "process_context": 0, "heap": 0, "config": 1, "hub_probe": 1,
+    "version": 0, "constants": 0, "bpe_merges": 0, "stops": 0, "process_context": 0, "heap": 0, "config": 1, "hub_probe": 1,
     "audio": 2, "attention": 2, "weights": 2, "segments": 2, "words": 2, "dtw": 2,
     "model": 3,  # the decoder calls an attention backend
     "engine": 4, "model_check": 4.5,

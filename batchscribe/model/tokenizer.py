@@ -17,7 +17,7 @@ from pathlib import Path
 import tokenizers
 
 from batchscribe.config import ConfigError
-from batchscribe.model.bpe_merges import restore_missing_merges
+from batchscribe.bpe_merges import restore_missing_merges
 from batchscribe.model.languages import LANGUAGES, language_code, language_name
 
 # openai's vocabularies: 51864 ids for English-only models, 51865 (99 languages) or 51866

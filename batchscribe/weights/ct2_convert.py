@@ -16,12 +16,12 @@ from typing import Any, Mapping, Sequence
 
 from safetensors.torch import save_file
 
-from batchscribe.model.bpe_merges import restore_missing_merges
+from batchscribe.bpe_merges import restore_missing_merges
 from batchscribe.weights.ct2_configs import add_timestamp_tokens, generation_config, hf_config, tokenizer_files
 from batchscribe.weights.ct2_format import Ct2Model, find_ct2_files, read_ct2
 from batchscribe.weights.ct2_tensors import ct2_to_hf_state_dict
 
-# 2: tokenizer.json with the BPE merges the packages lost put back (model/bpe_merges.py).
+# 2: tokenizer.json with the BPE merges the packages lost put back (batchscribe/bpe_merges.py).
 CONVERTER_VERSION = 2  # bump when the written folder changes; cached conversions are then redone
 SOURCE_FILE = "batchscribe_source.json"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from batchscribe.model.bpe_merges import restore_missing_merges
+from batchscribe.bpe_merges import restore_missing_merges
 
 BYTES = [chr(0x100 + i) for i in range(256)]  # stand-ins for the 256 byte symbols
 
