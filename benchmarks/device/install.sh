@@ -11,3 +11,4 @@ fi
 source benchmarks/device/aot_modules.sh
 S=$HOME/stage; mkdir -p $S
 if [ -d .stage/p1 ]; then cp -r .stage/p1/* $S/; fi
+if [ -d .stage/p1b ]; then cp -r .stage/p1b/* $S/; fi  # p1's base tokenizer alone (one-shot calls)

@@ -46,6 +46,9 @@ tail -c $last "$tiny/model.safetensors" > .stage/tinypart_02
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
 # The two parts alone (hard links), for calls that carry something beside them (call_startup_ab.sh).
 mkdir -p .stage/p2t && ln .stage/p2/tinypart_00 .stage/p2/tinypart_01 .stage/p2t/
+# The base tokenizer alone (what the random-weight benchmarks need), for one-shot calls that carry
+# .whl2 and the modules beside it (call_profile.sh).
+mkdir -p .stage/p1b/basetok && ln .stage/p1/basetok/tokenizer.json .stage/p1b/basetok/
 cp ../shared/data/librispeech/test-other-subset-00000-of-00001.parquet .stage/p2/data/librispeech/
 # The GPU feature tests' test-clean rows ride with call A (p2 is near the 64 MiB a call carries).
 cp ../shared/data/librispeech/test-clean-subset-00000-of-00001.parquet .stage/p1/data/librispeech/
