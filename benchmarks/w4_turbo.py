@@ -16,4 +16,5 @@ from __future__ import annotations
 import w2_large_v3
 
 if __name__ == "__main__":
-    w2_large_v3.main(name="W4", arch="turbo", tokens=32, peer_batches=(256, 1024), configs=("auto:auto", "auto:auto:fp8", "auto:fp8:fp8"))
+    w2_large_v3.main(name="W4", arch="turbo", tokens=32, peer_batches=(256, 1024),
+                     configs=("auto:auto", "auto:auto:fp8", "auto:fp8:fp8"))
