@@ -132,14 +132,16 @@ def flashinfer_attention(dims: ModelDims, group: int, names: tuple[str, ...] = F
     q8, k8, v8 = (x8.view(x.shape) for (x8, _), x in zip(per_tensor, (q, k, v)))
     # The ragged wrapper hands FA3's fp8 kernel its scales as extra positional tensors, one per
     # head (its q_scale/k_scale/v_scale keywords are for the cuDNN path).
-    scales = tuple(scale.float().reshape(1).expand(h).contiguous() for _, scale in per_tensor)  # [h] each
-    cases = [("fa3", "fa3", torch.bfloat16, (q, k, v)),
-             ("fa3-e4m3", "fa3", torch.float8_e4m3fn, (q8, k8, v8) + scales),
-             ("fa2", "fa2", torch.bfloat16, (q, k, v)),
-             ("fmha_v2", "fmha_v2", torch.bfloat16, (q, k, v)),
-             ("flashinfer-cudnn", "cudnn", torch.bfloat16, tuple(x.contiguous() for x in (q, k, v)))]  # fmt: skip
-    for name, backend, dtype, tensors in (case for case in cases if case[0] in names):
+    scales = tuple(scale.reshape(1).expand(h).contiguous() for _, scale in per_tensor)  # [h] float32 each
+    cases = {"fa3": ("fa3", torch.bfloat16, lambda: (q, k, v)),
+             "fa3-e4m3": ("fa3", torch.float8_e4m3fn, lambda: (q8, k8, v8) + scales),
+             "fa2": ("fa2", torch.bfloat16, lambda: (q, k, v)),
+             "fmha_v2": ("fmha_v2", torch.bfloat16, lambda: (q, k, v)),
+             "flashinfer-cudnn": ("cudnn", torch.bfloat16, lambda: tuple(x.contiguous() for x in (q, k, v)))}  # fmt: skip
+    for name in names:
+        backend, dtype, make_tensors = cases[name]
         try:
+            tensors = make_tensors()  # cuDNN's contiguous copies only when it runs
             workspace = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
             wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(workspace, "NHD", backend=backend)
             extra = {"o_data_type": torch.bfloat16} if dtype != torch.bfloat16 else {}
