@@ -41,7 +41,8 @@ cp "$tiny"/*.json .stage/p1/tinyjson/
 # checkout (~3.5 MiB of 4 KiB blocks, as the device tool counts it) room under a call's 64 MiB.
 size=$(stat -c %s "$tiny/model.safetensors"); last=$((28 << 20)); first=$(((size - last + 1) / 2))
 head -c $first "$tiny/model.safetensors" > .stage/tinypart_00
-tail -c +$((first + 1)) "$tiny/model.safetensors" | head -c $((size - last - first)) > .stage/tinypart_01
+# dd, not tail | head: head closing the pipe early is a SIGPIPE that pipefail turns into a failed stage.
+dd if="$tiny/model.safetensors" of=.stage/tinypart_01 iflag=skip_bytes,count_bytes skip=$first count=$((size - last - first)) bs=1M status=none
 tail -c $last "$tiny/model.safetensors" > .stage/tinypart_02
 mv .stage/tinypart_02 .stage/p1/ && mv .stage/tinypart_00 .stage/tinypart_01 .stage/p2/
 # The two parts alone (hard links), for calls that carry something beside them (call_startup_ab.sh).
