@@ -90,7 +90,8 @@ class FlashInferSelf(SelfKernel):
         self.planned[positions.shape[0]].last_page_len.copy_(positions + 1)  # attends to 0..position
 
     def __call__(self, q, k_cache, v_cache, slots, positions, kv_len):
-        return self.planned[q.shape[0]].wrapper.run(q, (k_cache, v_cache))  # [B, H, D]
+        # q may be a view of the fused q/k/v projection's rows (Attention.qkv): FlashInfer reads it packed.
+        return self.planned[q.shape[0]].wrapper.run(q.contiguous(), (k_cache, v_cache))  # [B, H, D]
 
 
 class FlashInferCross(CrossKernel):

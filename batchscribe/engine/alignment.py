@@ -347,8 +347,7 @@ class Aligner:
                                  dtype=torch.float32, device=tokens.device)  # fmt: skip
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q, k, v = (attn.heads(p(h)).transpose(1, 2) for p in (attn.q_proj, attn.k_proj, attn.v_proj))
+            q, k, v = (t.transpose(1, 2) for t in attn.qkv(layer.self_attn_layer_norm(x)))  # [B, H, L, D]
             x = x + attn.out_proj(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).flatten(2))
             cross = layer.encoder_attn
             q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x))).transpose(1, 2)  # [B, H, L, D]

@@ -76,8 +76,7 @@ def _prefill(model: Whisper, cache: DecoderCache, tokens: torch.Tensor, slots: t
     where = (slots[:, None], positions[None, :])  # index [G, P] into [n_slots, n_text_ctx]
     for i, layer in enumerate(dec.layers):
         attn = layer.self_attn
-        h = layer.self_attn_layer_norm(x)
-        q, k, v = (attn.heads(p(h)) for p in (attn.q_proj, attn.k_proj, attn.v_proj))  # [G, P, H, D]
+        q, k, v = attn.qkv(layer.self_attn_layer_norm(x))  # [G, P, H, D] each: the step's projection
         cache.self_k[i].index_put_(where, k.to(cache.self_k[i].dtype))
         cache.self_v[i].index_put_(where, v.to(cache.self_v[i].dtype))
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)

@@ -42,6 +42,33 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(n_state, n_state, bias=False)
         self.v_proj = nn.Linear(n_state, n_state)
         self.out_proj = nn.Linear(n_state, n_state)
+        # fuse_qkv's [3 * n_state, n_state] weight and bias; not in the state dict (derived).
+        self.register_buffer("qkv_weight", None, persistent=False)
+        self.register_buffer("qkv_bias", None, persistent=False)
+
+    def fuse_qkv(self) -> None:
+        """q, k and v as one projection: a decode step's rows then make one GEMM where they made
+        three small ones, each bound by its launch and ramp rather than its bytes. The separate
+        projections become views of the fused weight, so no weight is held twice."""
+        if self.qkv_weight is not None:
+            return
+        with torch.no_grad():
+            weight = torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])  # [3 * d, d]
+            bias = torch.cat([self.q_proj.bias, torch.zeros_like(self.q_proj.bias), self.v_proj.bias])  # [3 * d]
+        self.qkv_weight, self.qkv_bias = weight, bias
+        d = weight.shape[1]
+        for i, proj in enumerate((self.q_proj, self.k_proj, self.v_proj)):
+            proj.weight = nn.Parameter(weight[i * d : (i + 1) * d], requires_grad=False)
+        self.q_proj.bias = nn.Parameter(bias[:d], requires_grad=False)
+        self.v_proj.bias = nn.Parameter(bias[2 * d :], requires_grad=False)
+
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[..., n_state] -> q, k, v, each [..., n_head, head_dim] (views of one GEMM's output once fused)."""
+        if self.qkv_weight is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q, k, v = F.linear(x, self.qkv_weight, self.qkv_bias).split(self.qkv_weight.shape[1], dim=-1)
+        return self.heads(q), self.heads(k), self.heads(v)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         """[..., n_state] -> [..., n_head, head_dim]"""
@@ -160,11 +187,10 @@ class Whisper(nn.Module):
         backend.begin_step(positions, slots)
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
-            h = layer.self_attn_layer_norm(x)
-            q = attn.heads(attn.q_proj(h))  # [B, n_head, head_dim]
+            q, k, v = attn.qkv(layer.self_attn_layer_norm(x))  # [B, n_head, head_dim] each
             # Write this step's K/V in place before attending, so the token sees itself.
-            cache.self_k[i].index_put_(index, attn.heads(attn.k_proj(h)))
-            cache.self_v[i].index_put_(index, attn.heads(attn.v_proj(h)))
+            cache.self_k[i].index_put_(index, k)
+            cache.self_v[i].index_put_(index, v)
             out = backend.self_attention(q, cache.self_k[i], cache.self_v[i], slots, positions, kv_len)
             x = x + attn.out_proj(out.flatten(1))
 
@@ -177,6 +203,12 @@ class Whisper(nn.Module):
         x = dec.layer_norm(x)
         logits = x @ dec.embed_tokens.weight.T  # [B, n_vocab]
         return logits.float() if upcast else logits
+
+    def fuse_decoder_qkv(self) -> None:
+        """Each decoder layer's self-attention q/k/v as one projection (Attention.fuse_qkv): after
+        the weights are loaded and placed, before any decode step is captured."""
+        for layer in self.decoder.layers:
+            layer.self_attn.fuse_qkv()
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor], assign: bool = False) -> None:
         """Load a transformers WhisperForConditionalGeneration state dict; every key must match.

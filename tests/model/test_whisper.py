@@ -69,10 +69,13 @@ def _compare(hf_model, ours: Whisper, mel: torch.Tensor, tokens: torch.Tensor, s
         assert _rel(logits, ref_logits[:, t]) < 1e-4, f"step {t}"
 
 
+@pytest.mark.parametrize("fused", [False, True], ids=["separate-qkv", "fused-qkv"])
 @pytest.mark.parametrize("n_mels,vocab", [(80, 51864), (128, 51866), (80, 51865)])
-def test_logits_equal_transformers_random_config(n_mels: int, vocab: int) -> None:
+def test_logits_equal_transformers_random_config(n_mels: int, vocab: int, fused: bool) -> None:
     hf_model = _hf_model(n_mels, vocab, seed=n_mels + vocab)
     ours = _ours(hf_model)
+    if fused:  # as the Transcriber runs it
+        ours.fuse_decoder_qkv()
     mel = torch.randn(2, n_mels, 3000)
     tokens = torch.randint(0, vocab, (2, 12))
     _compare(hf_model, ours, mel, tokens, slots=[3, 1])
@@ -159,3 +162,43 @@ def test_embeddings_off_the_meta_device_are_initialised_as_torch_does() -> None:
     weight = Whisper(dims).decoder.embed_tokens.weight.detach()
     # nn.Embedding's init is N(0, 1): a 3.3M-sample mean and std that far off would not happen.
     assert abs(float(weight.mean())) < 0.01 and abs(float(weight.std()) - 1) < 0.01
+
+
+def test_fused_qkv_holds_no_weight_twice_and_leaves_the_state_dict_as_loaded() -> None:
+    hf_model = _hf_model(80, 51864, seed=11)
+    ours = _ours(hf_model)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    ours.fuse_decoder_qkv()
+    ours.fuse_decoder_qkv()  # idempotent
+    after = ours.state_dict()
+    assert after.keys() == before.keys()  # the fused weight is derived, not a checkpoint key
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    for layer in ours.decoder.layers:
+        attn, d = layer.self_attn, ours.dims.n_text_state
+        assert attn.qkv_weight.shape == (3 * d, d) and attn.qkv_bias.shape == (3 * d,)
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):  # views into the fused weight
+            assert proj.weight.untyped_storage().data_ptr() == attn.qkv_weight.untyped_storage().data_ptr()
+        assert torch.equal(attn.qkv_bias[d : 2 * d], torch.zeros(d))  # k_proj has no bias
+    # Cast afterwards (as Whisper.to would be), the fused weight follows.
+    half = ours.to(torch.bfloat16)
+    assert half.decoder.layers[0].self_attn.qkv_weight.dtype == torch.bfloat16
+
+
+def test_fused_qkv_steps_equal_separate_projections_within_rounding() -> None:
+    """The fused projection is the same arithmetic, one GEMM wide: logits agree to float32 rounding
+    over several steps at ragged positions (the K/V each step writes feed the later ones)."""
+    hf_model = _hf_model(80, 51864, seed=5)
+    separate, fused = _ours(hf_model), _ours(hf_model)
+    fused.fuse_decoder_qkv()
+    mel = torch.randn(3, 80, 3000)
+    tokens = torch.randint(0, 51864, (3, 6))
+    with torch.no_grad():
+        enc = separate.encoder(mel)
+        caches = [DecoderCache.allocate(m.dims, 3, "cpu", torch.float32) for m in (separate, fused)]
+        for m, cache in zip((separate, fused), caches):
+            m.write_cross_kv(cache, enc, torch.tensor([0, 1, 2]))
+        for t in range(6):
+            pos = torch.tensor([t, t, max(t - 1, 0)])
+            a, b = (m.decode_step(c, tokens[:, t], pos) for m, c in zip((separate, fused), caches))
+            assert _rel(b, a) < 1e-5, f"step {t}"
+        assert torch.allclose(caches[0].self_k[0], caches[1].self_k[0], atol=1e-5)
