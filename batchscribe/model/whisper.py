@@ -16,7 +16,7 @@ from torch import nn
 
 from batchscribe.attention.base import AttentionBackend
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.model import cross_write
+from batchscribe.model import cross_write, encoder_ops, encoder_triton
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 
@@ -29,6 +29,16 @@ def _embedding(n: int, d: int) -> nn.Embedding:
     if weight.device.type != "meta":
         nn.init.normal_(weight)  # what nn.Embedding.reset_parameters does
     return nn.Embedding(n, d, _weight=weight)
+
+
+def _add_norm(y: torch.Tensor, x: torch.Tensor, norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream x + y and its next layer norm (y [B, d]: a sublayer's fresh output). On
+    CUDA one Triton pass (encoder_triton.add_norm: the sum in the model's dtype over y, then the norm
+    of it, as eager rounds them) where eager makes two kernels; a step makes three a layer."""
+    if encoder_ops.use_triton(y):
+        return y, encoder_triton.add_norm(y, x, None, norm, fp8=False)[0]
+    x = x + y
+    return x, norm(x)
 
 
 class Attention(nn.Module):
@@ -185,23 +195,24 @@ class Whisper(nn.Module):
         x = dec.embed_tokens(tokens) + dec.embed_positions(positions)  # [B, d]
         index = (torch.arange(tokens.shape[0], device=tokens.device) if slots is None else slots, positions)
         backend.begin_step(positions, slots)
+        h = dec.layers[0].self_attn_layer_norm(x)  # each later norm comes with the residual add before it
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
-            q, k, v = attn.qkv(layer.self_attn_layer_norm(x))  # [B, n_head, head_dim] each
+            q, k, v = attn.qkv(h)  # [B, n_head, head_dim] each
             # Write this step's K/V in place before attending, so the token sees itself.
             cache.self_k[i].index_put_(index, k)
             cache.self_v[i].index_put_(index, v)
             out = backend.self_attention(q, cache.self_k[i], cache.self_v[i], slots, positions, kv_len)
-            x = x + attn.out_proj(out.flatten(1))
+            x, h = _add_norm(attn.out_proj(out.flatten(1)), x, layer.encoder_attn_layer_norm)
 
             cross = layer.encoder_attn
-            q = cross.heads(cross.q_proj(layer.encoder_attn_layer_norm(x)))
+            q = cross.heads(cross.q_proj(h))
             out = backend.cross_attention(q, cache.cross_k[i], cache.cross_v[i], slots)
-            x = x + cross.out_proj(out.flatten(1))
+            x, h = _add_norm(cross.out_proj(out.flatten(1)), x, layer.final_layer_norm)
 
-            x = x + layer.fc2(F.gelu(layer.fc1(layer.final_layer_norm(x))))
-        x = dec.layer_norm(x)
-        logits = x @ dec.embed_tokens.weight.T  # [B, n_vocab]
+            after = dec.layers[i + 1].self_attn_layer_norm if i + 1 < len(dec.layers) else dec.layer_norm
+            x, h = _add_norm(layer.fc2(F.gelu(layer.fc1(h))), x, after)
+        logits = h @ dec.embed_tokens.weight.T  # [B, n_vocab]
         return logits.float() if upcast else logits
 
     def fuse_decoder_qkv(self) -> None:

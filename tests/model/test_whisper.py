@@ -8,6 +8,7 @@ import torch
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 from batchscribe.model.whisper import Whisper
+from tests.marks import needs_cuda
 
 transformers = pytest.importorskip("transformers")
 
@@ -202,3 +203,31 @@ def test_fused_qkv_steps_equal_separate_projections_within_rounding() -> None:
             a, b = (m.decode_step(c, tokens[:, t], pos) for m, c in zip((separate, fused), caches))
             assert _rel(b, a) < 1e-5, f"step {t}"
         assert torch.allclose(caches[0].self_k[0], caches[1].self_k[0], atol=1e-5)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_cuda_steps_with_fused_add_norm_equal_the_eager_adds_and_norms(monkeypatch, dtype) -> None:
+    """On CUDA a step's residual adds and layer norms run as encoder_triton.add_norm (one pass
+    each): its logits and the K/V it writes equal eager torch's adds and norms on the same GPU, to
+    the half-precision rounding of a few places (the norms' sums in another order)."""
+    from batchscribe.model import encoder_ops
+
+    hf_model = _hf_model(80, 51864, seed=13)
+    model = _ours(hf_model).to(device="cuda", dtype=dtype)
+    model.fuse_decoder_qkv()
+    mel = torch.randn(4, 80, 3000, device="cuda", dtype=dtype)
+    tokens = torch.randint(0, 51864, (4, 5), device="cuda")
+    results = []
+    for fused in (True, False):
+        monkeypatch.setattr(encoder_ops, "use_triton", lambda x, fused=fused: fused and x.is_cuda)
+        cache = DecoderCache.allocate(model.dims, 4, "cuda", dtype)
+        with torch.no_grad():
+            model.write_cross_kv(cache, model.encoder(mel), torch.arange(4, device="cuda"))
+            logits = [model.decode_step(cache, tokens[:, t], torch.full((4,), t, device="cuda")) for t in range(5)]
+        results.append((torch.stack(logits), cache.self_k[-1].float()))
+    (fused_logits, fused_k), (eager_logits, eager_k) = results
+    assert _rel(fused_logits, eager_logits) < 2e-2
+    assert _rel(fused_k, eager_k) < 2e-2
+    assert (fused_logits.argmax(-1) == eager_logits.argmax(-1)).float().mean() >= 0.9
