@@ -1,7 +1,8 @@
 """Triton kernels for the fused encoder's memory-bound passes, one program per row of [M, D]:
 
 - `add_norm`: s = y (+ residual) (+ bias), stored in place over y; then LayerNorm(s), written in the
-  model's dtype or as e4m3 with one scale per row (the next fp8 GEMM's input);
+  model's dtype or as e4m3 with one scale per row (the next fp8 GEMM's input); the decoder's step
+  (model/whisper.py) runs its residual adds and layer norms through it too;
 - `gelu_quant`: GELU of fc1's output (its tanh form, as cuBLASLt's epilogue computes it for the
   half-precision encoder; the erf form on request), quantised per row for fc2;
 - `quant_rows`: per-row e4m3 quantisation (the attention output, for out_proj).
