@@ -20,7 +20,10 @@ An item's probabilities from either path depend in their last bits on the other 
 the convolutions' and the LSTM's kernels change with the row count. `SequenceScorer(rows=R)` runs
 every call at fixed shapes instead (R items, the encoder and head over FIXED_ROWS chunks, the LSTM
 over FIXED_STEPS time steps per call, each padded with zeros), so an item's probabilities are the
-same bits in any batch (`--batch-invariant`).
+same bits in any batch (`--batch-invariant`). At fixed shapes the head (ReLU, then a 1x1 convolution
+to one channel, then a sigmoid) runs as a product and a sum over each row's features: a convolution
+kernel may give a row other bits by where it sits in the call (oneDNN on an AVX-512 Xeon: a
+tail row of a 97-row call), a reduction over each row's own features cannot.
 """
 
 from __future__ import annotations
@@ -65,6 +68,8 @@ class SequenceScorer:
 
         inner = model._model
         self.stft, self.encoder, self.head = inner.stft, inner.encoder, inner.decoder.decoder
+        conv = getattr(self.head, "2")  # the head's Conv1d(128, 1, 1), between its ReLU and its sigmoid
+        self.head_weight, self.head_bias = conv.weight.reshape(FEATURES), conv.bias.reshape(())  # [128], []
         cell = inner.decoder.rnn
         self.lstm = torch.nn.LSTM(FEATURES, FEATURES, batch_first=True).to(device).eval()
         with torch.no_grad():
@@ -86,11 +91,12 @@ class SequenceScorer:
         probe = (0.3 * np.sin(2 * np.pi * 220 * t * (1 + t)) * (t > 1) + rng.normal(0, 0.01, t.size)).astype(np.float32)
         try:
             with torch.inference_mode():
-                ours = cls(model, "cpu")([probe, probe[:7000]])
                 theirs = stepwise(model, [probe, probe[:7000]], "cpu")
+                ours = [cls(model, "cpu", rows)([probe, probe[:7000]]) for rows in (None, 2)]  # both heads
         except (AttributeError, RuntimeError, TypeError, ValueError):
             return False
-        return all(a.shape == b.shape and np.abs(a - b).max() < PROBE_TOLERANCE for a, b in zip(ours, theirs))
+        return all(a.shape == b.shape and np.abs(a - b).max() < PROBE_TOLERANCE
+                   for got in ours for a, b in zip(got, theirs))  # fmt: skip
 
     def __call__(self, audios: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Each item's probabilities ([n_chunks] float32, host)."""
@@ -132,8 +138,11 @@ class SequenceScorer:
         """[N, 128] -> [N] probabilities on the host: the 1x1 convolution and sigmoid."""
         import torch
 
-        step = len(hidden) if self.rows is None else FIXED_ROWS  # one call unless at fixed shapes
-        parts = [self.head(part.unsqueeze(-1)).reshape(-1) for part in self._slices(hidden, step)]
+        if self.rows is None:  # one call
+            return self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()
+        # Fixed shapes: each row's bits its own (see the module docstring).
+        weight, bias = self.head_weight.to(hidden.device), self.head_bias.to(hidden.device)
+        parts = [torch.sigmoid((torch.relu(part) * weight).sum(-1) + bias) for part in self._slices(hidden, FIXED_ROWS)]
         return torch.cat(parts)[: len(hidden)].float().cpu().numpy()
 
     def _slices(self, x: Any, step: int) -> list[Any]:
