@@ -69,7 +69,8 @@ class SequenceScorer:
         inner = model._model
         self.stft, self.encoder, self.head = inner.stft, inner.encoder, inner.decoder.decoder
         conv = getattr(self.head, "2")  # the head's Conv1d(128, 1, 1), between its ReLU and its sigmoid
-        self.head_weight, self.head_bias = conv.weight.reshape(FEATURES), conv.bias.reshape(())  # [128], []
+        # [128], [] on the scoring device once, not per call
+        self.head_weight, self.head_bias = conv.weight.reshape(FEATURES).to(device), conv.bias.reshape(()).to(device)
         cell = inner.decoder.rnn
         self.lstm = torch.nn.LSTM(FEATURES, FEATURES, batch_first=True).to(device).eval()
         with torch.no_grad():
@@ -141,8 +142,8 @@ class SequenceScorer:
         if self.rows is None:  # one call
             return self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()
         # Fixed shapes: each row's bits its own (see the module docstring).
-        weight, bias = self.head_weight.to(hidden.device), self.head_bias.to(hidden.device)
-        parts = [torch.sigmoid((torch.relu(part) * weight).sum(-1) + bias) for part in self._slices(hidden, FIXED_ROWS)]
+        parts = [torch.sigmoid((torch.relu(part) * self.head_weight).sum(-1) + self.head_bias)
+                 for part in self._slices(hidden, FIXED_ROWS)]  # fmt: skip
         return torch.cat(parts)[: len(hidden)].float().cpu().numpy()
 
     def _slices(self, x: Any, step: int) -> list[Any]:

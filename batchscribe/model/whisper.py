@@ -16,7 +16,7 @@ from torch import nn
 
 from batchscribe.attention.base import AttentionBackend
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.model import cross_write, encoder_ops, encoder_triton
+from batchscribe.model import cross_write, encoder_ops
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 
@@ -32,13 +32,10 @@ def _embedding(n: int, d: int) -> nn.Embedding:
 
 
 def _add_norm(y: torch.Tensor, x: torch.Tensor, norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
-    """The residual stream x + y and its next layer norm (y [B, d]: a sublayer's fresh output). On
-    CUDA one Triton pass (encoder_triton.add_norm: the sum in the model's dtype over y, then the norm
-    of it, as eager rounds them) where eager makes two kernels; a step makes three a layer."""
-    if encoder_ops.use_triton(y):
-        return y, encoder_triton.add_norm(y, x, None, norm, fp8=False)[0]
-    x = x + y
-    return x, norm(x)
+    """The residual stream x + y and its next layer norm (y [B, d]: a sublayer's fresh output, which
+    becomes the stream): encoder_ops.add_norm, one Triton pass on CUDA where eager makes two kernels;
+    a step makes three a layer."""
+    return y, encoder_ops.add_norm(y, x, None, norm, fp8=False)[0]
 
 
 class Attention(nn.Module):
