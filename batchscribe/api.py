@@ -152,7 +152,6 @@ class Transcriber:
             self.model = Whisper(dims).eval()
         self.model.load_hf_state_dict(load_state_dict(folder), assign=True)
         self.model.to(device=resolved.device, dtype=resolved.dtype)
-        self.model.fuse_decoder_qkv()
         self.model_suppress = list(generation.get("suppress_tokens") or config.get("suppress_tokens") or [])
         self.config: EngineConfig = resolved.with_slots(dims)  # free memory is read after the weights
         self.model_info = ModelInfo(files.name, str(folder), dims, str(self.config.device), self.config.dtype_name,

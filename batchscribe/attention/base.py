@@ -51,6 +51,24 @@ class SelfKernel(ABC):
     ) -> torch.Tensor:  # [B, H, D]
         ...
 
+    def write_and_attend(
+        self,
+        q: torch.Tensor,  # [B, H, D]
+        k: torch.Tensor,  # [B, H, D]: this step's keys, the cache's dtype
+        v: torch.Tensor,
+        k_cache: torch.Tensor,  # [n_slots, n_text_ctx, H, D]
+        v_cache: torch.Tensor,
+        index: tuple[torch.Tensor, torch.Tensor],  # ([B] slots, [B] positions): where k and v go
+        slots: torch.Tensor | None,
+        positions: torch.Tensor,
+        kv_len: int | None,
+    ) -> torch.Tensor:  # [B, H, D]
+        """Store this step's K/V at each row's (slot, position), then attend, so the token sees
+        itself. A kernel that can store them in its own pass overrides this."""
+        k_cache.index_put_(index, k)
+        v_cache.index_put_(index, v)
+        return self(q, k_cache, v_cache, slots, positions, kv_len)
+
 
 class CrossKernel(ABC):
     """Cross-attention of one query per row over that row's encoder frames."""
@@ -101,6 +119,11 @@ class AttentionBackend:
 
     def self_attention(self, q, k_cache, v_cache, slots, positions, kv_len) -> torch.Tensor:
         return self.self_kernel(q, k_cache, v_cache, slots, positions, kv_len)
+
+    def write_and_attend(self, q, k, v, k_cache, v_cache, index, slots, positions, kv_len) -> torch.Tensor:
+        """A decode step's self-attention: store k, v [B, H, D] at `index` ([B] slots, [B]
+        positions), then attend as `self_attention` does (SelfKernel.write_and_attend)."""
+        return self.self_kernel.write_and_attend(q, k, v, k_cache, v_cache, index, slots, positions, kv_len)
 
     def cross_attention(self, q, k_cache, v_cache, slots) -> torch.Tensor:
         return self.cross_kernel(q, k_cache, v_cache, slots)

@@ -18,7 +18,7 @@ class TritonSelf(SelfKernel):
     """`triton_self` over the NHD self cache: each row loops only over its own length."""
 
     def __init__(self, probe_cache: torch.Tensor, q_dtype: torch.dtype):
-        # probe_cache: one layer's self K cache [n_slots, n_text_ctx, H, D], to compile against.
+        # probe_cache: one layer's self K cache [n_slots, n_text_ctx, H, D], for its dtype and device.
         self.probe, self.q_dtype = probe_cache, q_dtype
         self.live: torch.Tensor | None = None
         self.lengths: torch.Tensor | None = None  # [B] this step's positions + 1
@@ -31,9 +31,15 @@ class TritonSelf(SelfKernel):
         if (n_rows, self.live is not None) in self.compiled:
             return  # NOTE: begin_step calls this every step, captured ones included: add nothing
         n_head, head_dim = self.probe.shape[2:]
-        q = torch.zeros((n_rows, n_head, head_dim), dtype=self.q_dtype, device=self.probe.device)
-        ones = torch.ones(n_rows, dtype=torch.long, device=self.probe.device)
-        triton_self.self_attention(q, self.probe, self.probe, ones, live=self.live)
+        device = self.probe.device
+        ones = torch.ones(n_rows, dtype=torch.long, device=device)
+        # Compiled as a step calls it: q, k and v as views of one projection's rows
+        # (Attention.qkv) and K/V stored in the cache; the store goes to a scratch cache of one
+        # position per row (the strides Triton specialises on divide by 16 alike).
+        q, k, v = torch.zeros((n_rows, 3, n_head, head_dim), dtype=self.q_dtype, device=device).unbind(1)
+        scratch = torch.zeros((n_rows, 1, n_head, head_dim), dtype=self.probe.dtype, device=device)
+        kv = (k.to(scratch.dtype), v.to(scratch.dtype))
+        triton_self.self_attention(q, scratch, scratch, ones, live=self.live, new_kv=kv)
         self.compiled.add((n_rows, self.live is not None))
 
     def begin_step(self, positions):
@@ -41,6 +47,10 @@ class TritonSelf(SelfKernel):
 
     def __call__(self, q, k_cache, v_cache, slots, positions, kv_len):
         return triton_self.self_attention(q, k_cache, v_cache, self.lengths, live=self.live)
+
+    def write_and_attend(self, q, k, v, k_cache, v_cache, index, slots, positions, kv_len):
+        # One pass stores K/V at each row's position and attends (row i is slot i, as `index` says).
+        return triton_self.self_attention(q, k_cache, v_cache, self.lengths, live=self.live, new_kv=(k, v))
 
 
 class TritonCross(CrossKernel):

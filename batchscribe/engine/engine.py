@@ -48,6 +48,7 @@ class Engine:
         if config.n_slots is None:
             raise ValueError("config.n_slots is unset: size it first (EngineConfig.with_slots)")
         dims, device, n_slots = model.dims, config.device, config.n_slots
+        model.prepare_decoder()  # the step's fused projection and padded logits, before anything captures
         self.model, self.spec, self.config, self.device = model, spec, config, device
         self.n_slots, self.n_ctx = n_slots, dims.n_text_ctx
         dtype = next(model.parameters()).dtype

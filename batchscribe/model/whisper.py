@@ -153,6 +153,30 @@ class TextDecoder(nn.Module):
             DecoderLayer(d, dims.n_text_head, n_mlp) for _ in range(dims.n_text_layer)
         )
         self.layer_norm = nn.LayerNorm(d)
+        # pad_logits' [n_vocab rounded up to 8, d] weight (embed_tokens' rows, then zeros); derived,
+        # not in the state dict.
+        self.register_buffer("logits_weight", None, persistent=False)
+
+    def pad_logits(self) -> None:
+        """The logits GEMM over a vocabulary padded to a multiple of 8 rows: multilingual Whisper's
+        51,865 or 51,866 columns leave cuBLAS only its 2-aligned kernels, which ran the step's
+        logits at ~3x the weight's read time (docs/GPU_NOTES.md). embed_tokens' weight becomes a
+        view of the padded one, so nothing is held twice."""
+        weight = self.embed_tokens.weight
+        n_vocab, d = weight.shape
+        if self.logits_weight is not None or n_vocab % 8 == 0:
+            return
+        with torch.no_grad():
+            padded = torch.cat([weight, weight.new_zeros(-n_vocab % 8, d)])  # [n_vocab + pad, d]
+        self.logits_weight = padded
+        self.embed_tokens.weight = nn.Parameter(padded[:n_vocab], requires_grad=False)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h [B, d] (after the final norm) -> [B, n_vocab] logits of the tied embedding (rows of a
+        padded GEMM's output when padded: a strided view)."""
+        if self.logits_weight is None:
+            return h @ self.embed_tokens.weight.T
+        return (h @ self.logits_weight.T)[:, : self.embed_tokens.weight.shape[0]]
 
 
 class Whisper(nn.Module):
@@ -196,10 +220,8 @@ class Whisper(nn.Module):
         for i, layer in enumerate(dec.layers):
             attn = layer.self_attn
             q, k, v = attn.qkv(h)  # [B, n_head, head_dim] each
-            # Write this step's K/V in place before attending, so the token sees itself.
-            cache.self_k[i].index_put_(index, k)
-            cache.self_v[i].index_put_(index, v)
-            out = backend.self_attention(q, cache.self_k[i], cache.self_v[i], slots, positions, kv_len)
+            # This step's K/V go into the cache at each row's position, then the token attends (itself included).
+            out = backend.write_and_attend(q, k, v, cache.self_k[i], cache.self_v[i], index, slots, positions, kv_len)
             x, h = _add_norm(attn.out_proj(out.flatten(1)), x, layer.encoder_attn_layer_norm)
 
             cross = layer.encoder_attn
@@ -209,7 +231,7 @@ class Whisper(nn.Module):
 
             after = dec.layers[i + 1].self_attn_layer_norm if i + 1 < len(dec.layers) else dec.layer_norm
             x, h = _add_norm(layer.fc2(F.gelu(layer.fc1(h))), x, after)
-        logits = h @ dec.embed_tokens.weight.T  # [B, n_vocab]
+        logits = dec.logits(h)  # [B, n_vocab]
         return logits.float() if upcast else logits
 
     def fuse_decoder_qkv(self) -> None:
@@ -217,6 +239,13 @@ class Whisper(nn.Module):
         the weights are loaded and placed, before any decode step is captured."""
         for layer in self.decoder.layers:
             layer.self_attn.fuse_qkv()
+
+    def prepare_decoder(self) -> None:
+        """The decode step's fused forms: q/k/v as one projection and the logits over a padded
+        vocabulary. Idempotent (an engine per decoding option shares one model); after the weights
+        are loaded and placed (a later `.to()` would copy the views apart), before any capture."""
+        self.fuse_decoder_qkv()
+        self.decoder.pad_logits()
 
     def load_hf_state_dict(self, state: dict[str, torch.Tensor], assign: bool = False) -> None:
         """Load a transformers WhisperForConditionalGeneration state dict; every key must match.

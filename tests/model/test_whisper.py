@@ -70,13 +70,13 @@ def _compare(hf_model, ours: Whisper, mel: torch.Tensor, tokens: torch.Tensor, s
         assert _rel(logits, ref_logits[:, t]) < 1e-4, f"step {t}"
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["separate-qkv", "fused-qkv"])
+@pytest.mark.parametrize("fused", [False, True], ids=["as-loaded", "prepared"])
 @pytest.mark.parametrize("n_mels,vocab", [(80, 51864), (128, 51866), (80, 51865)])
 def test_logits_equal_transformers_random_config(n_mels: int, vocab: int, fused: bool) -> None:
     hf_model = _hf_model(n_mels, vocab, seed=n_mels + vocab)
     ours = _ours(hf_model)
-    if fused:  # as the Transcriber runs it
-        ours.fuse_decoder_qkv()
+    if fused:  # as the engine runs it: fused q/k/v, logits over a vocabulary padded to 8
+        ours.prepare_decoder()
     mel = torch.randn(2, n_mels, 3000)
     tokens = torch.randint(0, vocab, (2, 12))
     _compare(hf_model, ours, mel, tokens, slots=[3, 1])
@@ -185,6 +185,30 @@ def test_fused_qkv_holds_no_weight_twice_and_leaves_the_state_dict_as_loaded() -
     assert half.decoder.layers[0].self_attn.qkv_weight.dtype == torch.bfloat16
 
 
+@pytest.mark.parametrize("vocab", [51865, 51866])
+def test_padded_logits_hold_no_weight_twice_and_leave_the_state_dict_as_loaded(vocab: int) -> None:
+    hf_model = _hf_model(80, vocab, seed=vocab)
+    ours = _ours(hf_model)
+    before = {k: v.clone() for k, v in ours.state_dict().items()}
+    ours.prepare_decoder()
+    ours.prepare_decoder()  # idempotent: one padded weight, the same one
+    after = ours.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
+    dec = ours.decoder
+    padded, embed = dec.logits_weight, dec.embed_tokens.weight
+    assert padded.shape == (vocab + (-vocab % 8), 64) and padded.shape[0] % 8 == 0
+    assert embed.shape == (vocab, 64) and embed.data_ptr() == padded.data_ptr()  # a view: held once
+    assert torch.equal(padded[vocab:], torch.zeros_like(padded[vocab:]))
+    h = torch.randn(3, 64)
+    logits = dec.logits(h)
+    assert logits.shape == (3, vocab)
+    torch.testing.assert_close(logits, h @ before["decoder.embed_tokens.weight"].T)
+    # A vocabulary of whole 8s (the English models') is left as it is.
+    english = _ours(_hf_model(80, 51864, seed=1))
+    english.prepare_decoder()
+    assert english.decoder.logits_weight is None
+
+
 def test_fused_qkv_steps_equal_separate_projections_within_rounding() -> None:
     """The fused projection is the same arithmetic, one GEMM wide: logits agree to float32 rounding
     over several steps at ragged positions (the K/V each step writes feed the later ones)."""
@@ -216,7 +240,7 @@ def test_cuda_steps_with_fused_add_norm_equal_the_eager_adds_and_norms(monkeypat
 
     hf_model = _hf_model(80, 51864, seed=13)
     model = _ours(hf_model).to(device="cuda", dtype=dtype)
-    model.fuse_decoder_qkv()
+    model.prepare_decoder()
     mel = torch.randn(4, 80, 3000, device="cuda", dtype=dtype)
     tokens = torch.randint(0, 51864, (4, 5), device="cuda")
     results = []
