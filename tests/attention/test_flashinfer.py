@@ -12,7 +12,7 @@ from batchscribe.attention.registry import AttentionPlan, build_backend
 from batchscribe.attention.sdpa import SdpaBackend
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
-from tests.attention.helpers import tiny_dims
+from tests.attention.helpers import capture, tiny_dims
 from tests.marks import needs_cuda, needs_flashinfer
 
 
@@ -63,14 +63,7 @@ def test_flashinfer_kernels_match_sdpa(dtype, n_head, n_rows, cross_hnd, self_ke
         step()  # eager
         torch.testing.assert_close(out_self.float(), want_self, atol=2e-2, rtol=2e-2)
         torch.testing.assert_close(out_cross.float(), want_cross, atol=2e-2, rtol=2e-2)
-        graph = torch.cuda.CUDAGraph()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            step()
-        torch.cuda.current_stream().wait_stream(stream)
-        with torch.cuda.graph(graph):
-            step()
+        graph = capture(step)
         positions.copy_(torch.randint(0, 448, (n_rows,), device="cuda"))  # new lengths, same graph
         graph.replay()
         want_self = ref.self_attention(q, cache.self_k[0], cache.self_v[0], None, positions, None).float()

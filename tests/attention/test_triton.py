@@ -10,6 +10,7 @@ import torch
 from batchscribe.attention.base import AttentionBackend
 from batchscribe.attention.sdpa import SdpaBackend, SdpaCross
 from batchscribe.attention.triton import TritonSelf
+from tests.attention.helpers import capture
 from tests.marks import gpu
 
 pytestmark = gpu
@@ -46,13 +47,7 @@ def test_write_and_attend_equals_index_put_then_sdpa_in_and_out_of_a_graph(dtype
 
     step()  # eager (compiles)
     check()
-    graph, stream = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.cuda.graph(graph):
-        step()
+    graph = capture(step)
     for _ in range(2):  # new tokens at new positions, the same graph
         positions.copy_(torch.randint(0, n_ctx, (n_rows,), device=device))
         qkv.copy_(torch.randn_like(qkv))
