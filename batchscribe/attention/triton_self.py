@@ -13,9 +13,10 @@ the slot is reused) read one position: finite, unused.
 Given the step's new K/V (`new_kv`), the kernel also stores them at each row's position and attends
 to them from registers, so a decode step needs no separate cache write (two index_put kernels a
 layer). Split 0 takes the new position; the cache reads stop before it, so no program reads what
-another writes. Nothing here syncs with the host or allocates
-outside the caller's stream, so a step that calls it can be captured in a CUDA graph once it has run
-eagerly for that batch size (`TritonSelf.prepare`).
+another writes.
+
+Nothing here syncs with the host or allocates outside the caller's stream, so a step that calls it
+can be captured in a CUDA graph once it has run eagerly for that batch size (`TritonSelf.prepare`).
 """
 
 from __future__ import annotations
