@@ -48,8 +48,9 @@ def _partial(X, W, P, M, N, K, K_SPLIT, stride_xm, stride_wn, stride_ps, stride_
     for k0 in range(start, start + K_SPLIT, BLOCK_K):
         rk = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(X + rm[:, None] * stride_xm + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
-        w = tl.load(W + rn[None, :] * stride_wn + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
-        acc += tl.dot(x, w)  # [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N]
+        # W's rows as stored (each contiguous in k), transposed in registers for the dot
+        w = tl.load(W + rn[:, None] * stride_wn + rk[None, :], mask=(rn[:, None] < N) & (rk[None, :] < K), other=0.0)
+        acc += tl.dot(x, tl.trans(w))  # [BLOCK_M, BLOCK_K] x [BLOCK_K, BLOCK_N]
     tl.store(P + split * stride_ps + rm[:, None] * stride_pm + rn[None, :], acc,
              mask=(rm[:, None] < M) & (rn[None, :] < N))  # fmt: skip
 
