@@ -116,3 +116,19 @@ def test_records_on_cuda_do_not_depend_on_the_batch_by_default(tiny_en_dir, utte
     assert _copies_differ(tiny_en_dir, utterances, "cuda", 24) == []
     assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, word_timestamps=True) == []
     assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=False) != []
+
+
+def test_an_engine_steps_the_prepared_model_whoever_built_it(base_dir) -> None:
+    """The engine, not the Transcriber, puts the model in the step's fused forms (fused q/k/v, the
+    logits over a vocabulary padded to 8): the benchmarks build engines from bare models, and the
+    step they measure must be the one users run. base's 51,865 tokens get padded; its state dict
+    stays the checkpoint's."""
+    transcriber = Transcriber(str(base_dir), device="cpu", batch_size=2, **GREEDY)
+    model = transcriber.model
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    assert model.decoder.logits_weight is None and model.decoder.layers[0].self_attn.qkv_weight is None
+    transcriber.build_scheduler()
+    assert all(layer.self_attn.qkv_weight is not None for layer in model.decoder.layers)
+    assert model.decoder.logits_weight.shape[0] == 51872
+    after = model.state_dict()
+    assert after.keys() == before.keys() and all(torch.equal(after[k], before[k]) for k in before)
