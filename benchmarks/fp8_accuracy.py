@@ -11,7 +11,11 @@ the GPU's default precision. `--dense-layers 0 0,5` compares fp8 encoders that k
 the model's dtype (the engine's own choice is model/fused_encoder.FP8_DENSE_LAYERS). Greedy
 decoding (temperature 0) so that the fallback cannot hide a change. `--attention e4m3` adds fp8
 attention in the fp8 layers, emulated as FlashInfer's FA3 e4m3 kernel computes it (fa3_e4m3_emulated):
-what it would cost in accuracy, before any kernel is built for it.
+what it would cost in accuracy, before any kernel is built for it. `--cross-projections e4m3`
+adds the decoder's cross-attention K/V projections (the admission's 2 x decoder-layers GEMMs over
+the encoder's output) in e4m3 to the fp8 variants: the encoder's output quantised per token once,
+each weight per output channel, as model/fp8.py does the encoder's GEMMs. `--cross-kv fp8` stores
+the cross K/V in fp8, as W2's auto:fp8:fp8 does.
 Prints a table and appends rows to benchmarks/RESULTS.md.
 """
 
@@ -67,6 +71,29 @@ def fa3_e4m3_emulated(n_head: int):
     return attend
 
 
+def fp8_cross_write(model):
+    """A `write_cross_kv(cache, enc, slots)` for `model` whose K and V projections run in e4m3
+    (emulated off sm_89+): enc [g, T, d] quantised per row once, each projection's weight per
+    output channel (model/fp8.Fp8Weight), written as Whisper.write_cross_kv writes."""
+    from batchscribe.model import cross_write
+    from batchscribe.model.fp8 import Fp8Weight, quantize_rows
+
+    dtype = next(model.parameters()).dtype
+    weights = [(Fp8Weight(layer.encoder_attn.k_proj.weight, None, dtype),
+                Fp8Weight(layer.encoder_attn.v_proj.weight, layer.encoder_attn.v_proj.bias, dtype))
+               for layer in model.decoder.layers]  # fmt: skip
+
+    def write(cache, enc, slots) -> None:
+        g, t, d = enc.shape
+        a, scale = quantize_rows(enc.reshape(g * t, d))
+        for i, pair in enumerate(weights):
+            attn = model.decoder.layers[i].encoder_attn
+            for cache_kv, weight in zip((cache.cross_k[i], cache.cross_v[i]), pair):
+                cross_write.store(cache_kv, attn.heads(weight(a, scale).view(g, t, d)), slots, cache.cross_hnd)
+
+    return write
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="*", default=["tiny.en", "base"])
@@ -79,6 +106,9 @@ def main() -> None:
     ap.add_argument("--sets", nargs="*", choices=list(SETS), default=list(SETS))
     ap.add_argument("--attention", choices=["dtype", "e4m3"], default="dtype",
                     help="the fp8 layers' attention: the model's dtype (the engine's), or FA3's e4m3 emulated")
+    ap.add_argument("--cross-projections", choices=["dtype", "e4m3"], default="dtype",
+                    help="the fp8 variants' cross K/V projections: the model's dtype (the engine's), or e4m3")
+    ap.add_argument("--cross-kv", choices=["auto", "fp8"], default="auto", help="the cross K/V cache, as --cross-kv")
     ap.add_argument("--no-append", action="store_true")
     args = ap.parse_args()
     import jiwer
@@ -113,7 +143,10 @@ def main() -> None:
                 # NOTE: a benchmark-only override of the engine's choice, read when the encoder is built
                 encoder.FP8_DENSE_LAYERS = dense.get(variant, engine_default)
                 t = Transcriber(model, device=args.device, dtype=args.dtype, language="en", temperatures=(0.0,),
-                                encoder_precision="auto" if variant == "auto" else "fp8")  # fmt: skip
+                                encoder_precision="auto" if variant == "auto" else "fp8", cross_kv=args.cross_kv)  # fmt: skip
+                if variant != "auto" and args.cross_projections == "e4m3":
+                    # NOTE: a benchmark-only override, read by the engine's WindowEncoder at each admission
+                    t.model.write_cross_kv = fp8_cross_write(t.model)
                 texts[variant] = {r["id"]: r["text"] for r in t.transcribe(items, sample_rate=16000)}
                 dtype = t.describe()["engine"]["dtype"]  # as the engine resolved it
                 t.release()
@@ -122,7 +155,8 @@ def main() -> None:
             for variant in [v for v in texts if v != "auto"]:
                 same = sum(texts["auto"][i] == texts[variant][i] for i in ids) / len(ids)
                 table.append((model, name, wer["auto"], wer[variant], same, len(ids), dtype, variant))
-                print(f"{model:<8} {name:<14} {variant:<14} attention {args.attention:<5} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
+                print(f"{model:<8} {name:<14} {variant:<14} attention {args.attention:<5} "
+                      f"cross projections {args.cross_projections} cross K/V {args.cross_kv} WER default {wer['auto']:.2f} %  fp8 {wer[variant]:.2f} %  "
                       f"(delta {wer[variant] - wer['auto']:+.2f})  identical {100 * same:.0f} %", flush=True)
     encoder.FP8_DENSE_LAYERS = engine_default
     print(f"\nfp8 encoder accuracy, at most {args.rows} rows per set, {common.hardware()}, commit {common.commit()}")
@@ -131,7 +165,9 @@ def main() -> None:
             common.append_result({
                 "workload": f"fp8 encoder accuracy, {model}, {name}'s first {n} rows, greedy, {args.device}, dtype {dtype}"
                             + ("" if variant == "fp8" else f", {variant}")
-                            + (", attention e4m3 (FA3 emulated)" if args.attention == "e4m3" else ""),
+                            + (", attention e4m3 (FA3 emulated)" if args.attention == "e4m3" else "")
+                            + (", cross K/V projections e4m3" if args.cross_projections == "e4m3" else "")
+                            + (", cross K/V fp8" if args.cross_kv == "fp8" else ""),
                 "ours": f"WER fp8 {w_fp8:.2f} %", "peer": f"default encoder: WER {w_auto:.2f} %",
                 "ratio": f"{w_fp8 - w_auto:+.2f} abs", "wer": f"{w_fp8:.2f} / {w_auto:.2f} %",
                 "notes": f"{100 * same:.0f} % identical transcripts; benchmarks/fp8_accuracy.py",
