@@ -10,7 +10,7 @@ export PYTHONPATH=/tmp/site:$PWD BATCHSCRIBE_COMMIT=$commit
 i=0
 for args in "$@"; do
     i=$((i + 1))
-    (cd benchmarks && timeout 300 python3 w2_large_v3.py --tokenizer-from $S/basetok $args) > $OUT/w2_$i.txt 2>&1
+    (cd benchmarks && timeout ${W2_TIMEOUT:-300} python3 w2_large_v3.py --tokenizer-from $S/basetok $args) > $OUT/w2_$i.txt 2>&1
     echo "== $args"; grep -E "^batchscribe|^Whisper generate|capture|ratio" $OUT/w2_$i.txt | cut -c1-260
 done
 cp benchmarks/RESULTS.md $OUT/
