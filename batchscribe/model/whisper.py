@@ -16,7 +16,7 @@ from torch import nn
 
 from batchscribe.attention.base import AttentionBackend
 from batchscribe.attention.sdpa import SdpaBackend
-from batchscribe.model import cross_write, split_k
+from batchscribe.model import cross_write, encoder_ops
 from batchscribe.model.cache import DecoderCache
 from batchscribe.model.dims import ModelDims
 
@@ -29,6 +29,13 @@ def _embedding(n: int, d: int) -> nn.Embedding:
     if weight.device.type != "meta":
         nn.init.normal_(weight)  # what nn.Embedding.reset_parameters does
     return nn.Embedding(n, d, _weight=weight)
+
+
+def _add_norm(y: torch.Tensor, x: torch.Tensor, norm: nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream x + y and its next layer norm (y [B, d]: a sublayer's fresh output, which
+    becomes the stream): encoder_ops.add_norm, one Triton pass on CUDA where eager makes two kernels;
+    a step makes three a layer."""
+    return y, encoder_ops.add_norm(y, x, None, norm, fp8=False)[0]
 
 
 class Attention(nn.Module):
@@ -215,17 +222,15 @@ class Whisper(nn.Module):
             q, k, v = attn.qkv(h)  # [B, n_head, head_dim] each
             # This step's K/V go into the cache at each row's position, then the token attends (itself included).
             out = backend.write_and_attend(q, k, v, cache.self_k[i], cache.self_v[i], index, slots, positions, kv_len)
-            # Each residual add comes with the layer norm after it, and on CUDA with the partial sums
-            # of a split-K projection (model/split_k.py): one pass where eager makes three.
-            x, h = split_k.project_add_norm(attn.out_proj, out.flatten(1), x, layer.encoder_attn_layer_norm)
+            x, h = _add_norm(attn.out_proj(out.flatten(1)), x, layer.encoder_attn_layer_norm)
 
             cross = layer.encoder_attn
-            q = cross.heads(split_k.project(cross.q_proj, h))
+            q = cross.heads(cross.q_proj(h))
             out = backend.cross_attention(q, cache.cross_k[i], cache.cross_v[i], slots)
-            x, h = split_k.project_add_norm(cross.out_proj, out.flatten(1), x, layer.final_layer_norm)
+            x, h = _add_norm(cross.out_proj(out.flatten(1)), x, layer.final_layer_norm)
 
             after = dec.layers[i + 1].self_attn_layer_norm if i + 1 < len(dec.layers) else dec.layer_norm
-            x, h = split_k.project_add_norm(layer.fc2, F.gelu(layer.fc1(h)), x, after)
+            x, h = _add_norm(layer.fc2(F.gelu(layer.fc1(h))), x, after)
         logits = dec.logits(h)  # [B, n_vocab]
         return logits.float() if upcast else logits
 
