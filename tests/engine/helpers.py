@@ -56,6 +56,24 @@ def tokens(records: list[dict]) -> dict[str, list[int]]:
     return {r["id"]: [t for s in r["segments"] for t in s["tokens"]] for r in records}
 
 
+def token_differences(a: dict[str, list[int]], b: dict[str, list[int]]) -> str:
+    """Where two runs' tokens part, per id: the first differing position and a few tokens either
+    side, so a failed equality shows whether a near-tie flipped (same prefix, one token) or
+    something broke (an early or wholesale difference)."""
+    lines = []
+    for key in sorted(set(a) | set(b)):
+        x, y = a.get(key), b.get(key)
+        if x == y:
+            continue
+        if x is None or y is None:
+            lines.append(f"{key}: only in {'the second' if x is None else 'the first'} run")
+            continue
+        i = next((j for j, (s, t) in enumerate(zip(x, y)) if s != t), min(len(x), len(y)))
+        lines.append(f"{key}: first difference at token {i} of {len(x)} / {len(y)}: "
+                     f"{x[max(0, i - 3):i + 3]} != {y[max(0, i - 3):i + 3]}")  # fmt: skip
+    return "; ".join(lines)
+
+
 def openai_model(model_dir):
     """openai-whisper's own Whisper model holding our checkpoint's weights (float32, CPU), with the
     alignment heads the checkpoint lists: the independent reference for word timestamps."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.helpers import records, tokens
+from tests.engine.helpers import records, token_differences, tokens
 from tests.marks import gpu, needs_flashinfer
 
 pytestmark = gpu
@@ -37,7 +37,7 @@ def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, at
         graphed = Transcriber(str(tiny_en_dir), batch_size=slots, cuda_graphs=True, **kw)
         items = utterances[: max(4, 2 * slots)]
         a, b = tokens(eager.transcribe(items, sample_rate=16000)), tokens(graphed.transcribe(items, sample_rate=16000))
-        assert a == b, f"slots={slots}"
+        assert a == b, f"slots={slots}: {token_differences(a, b)}"
         engine = graphed.scheduler().engine
         assert engine.graphs is not None and engine.graphs.buckets[-1] == slots
         assert engine.encoder_graphs is not None and max(engine.encoder_graphs.sizes) == {1: 1, 3: 2, 8: 8, 32: 32}[slots]
@@ -53,7 +53,7 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
     eager = tokens(Transcriber(str(tiny_en_dir), cuda_graphs=False, **kw).transcribe(items, sample_rate=16000))
     graphed_t = Transcriber(str(tiny_en_dir), cuda_graphs=True, **kw)
     graphed = tokens(graphed_t.transcribe(items, sample_rate=16000))
-    assert eager == graphed
+    assert eager == graphed, token_differences(eager, graphed)
     runner = graphed_t.scheduler().engine.graphs
     assert any(sample for (_, _, sample) in runner.graphs)
 
@@ -73,4 +73,4 @@ def test_compacting_the_tail_under_graphs_changes_no_token(tiny_en_dir, utteranc
         got[compact] = (tokens(records(sched, utterances, compact_tail=compact)), dict(sched.timings))
     (plain, plain_clock), (compacted, clock) = got[False], got[True]
     assert clock["compactions"] >= 1 and clock["row_steps"] < plain_clock["row_steps"]
-    assert compacted == plain
+    assert compacted == plain, token_differences(plain, compacted)
