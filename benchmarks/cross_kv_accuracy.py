@@ -7,7 +7,8 @@ fp8); 4 bits a value would halve it. Each variant stores the cross K/V the admis
 cache would hold them, dequantised back into the model's dtype (the CPU emulates; the arithmetic
 after is the engine's own):
 - `fp8`: e4m3 with scale 1, the engine's `--cross-kv fp8` (no emulation: the real cache);
-- `int4-token`: symmetric int4 (-7..7), one scale per frame and head (64 values);
+- `int4-token`: symmetric int4 (-7..7), one scale per frame and head (64 values): the format of
+  `batchscribe.attention.int4_cross` (its quantize and dequantize, fp16 scales);
 - `int4-kchannel`: K with one scale per head channel over the window's 1500 frames (keys' outlier
   channels then do not flatten a frame's other channels), V as int4-token;
 - `int4-g32`: as int4-token with one scale per 32 values (two a frame and head);
@@ -24,6 +25,7 @@ import argparse
 
 import torch
 
+from batchscribe.attention import int4_cross
 from fp8_accuracy import SETS, rows
 
 
@@ -61,8 +63,8 @@ def emulated_store(variant: str, store):
             kv = e4m3(kv)
         elif variant == "int4-g32":
             kv = int4(kv, dim=-1, group=32)
-        else:
-            kv = int4(kv, dim=-1)  # one scale per (window, frame, head)
+        else:  # one scale per (window, frame, head), as int4_cross stores them
+            kv = int4_cross.dequantize(*int4_cross.quantize(kv), dtype=kv.dtype)
         store(cache, kv, slots, hnd)
 
     return quantised_store
