@@ -127,8 +127,9 @@ class EngineOptions:
     # "triton/flashinfer_hnd/fa3"; attention/names.py lists the kernels of each kind).
     attention: str = "auto"
     # Cross-attention K/V storage: "auto" keeps the model's dtype; "fp8" (e4m3) halves the bytes each
-    # decode step reads (the bulk of a large model's step) at a small accuracy cost.
-    cross_kv: Literal["auto", "fp8"] = "auto"
+    # decode step reads (the bulk of a large model's step) at a small accuracy cost; "int4" (4 bits and
+    # a scale per frame and head, attention/int4_cross.py) halves them again, at a larger one (docs/GPU_NOTES.md).
+    cross_kv: Literal["auto", "fp8", "int4"] = "auto"
     # Encoder GEMMs: "auto" in the model's dtype; "fp8" (e4m3 weights per channel, activations per
     # token) makes a large model's compute-bound encoder faster on GPUs with fp8 tensor cores, at a
     # small accuracy cost (docs/GPU_NOTES.md). On the CPU fp8 is emulated: the same numbers, slowly.
@@ -151,8 +152,8 @@ class EngineOptions:
             raise ConfigError(f"audio_memory={self.audio_memory!r} must be a number of bytes >= 1, e.g. 8 << 30")
         if self.dtype not in (None, "float32", "float16", "bfloat16"):
             raise ConfigError(f"dtype={self.dtype!r}; use float32, float16 or bfloat16")
-        if self.cross_kv not in ("auto", "fp8"):
-            raise ConfigError(f"cross_kv={self.cross_kv!r}; use auto or fp8")
+        if self.cross_kv not in ("auto", "fp8", "int4"):
+            raise ConfigError(f"cross_kv={self.cross_kv!r}; use auto, fp8 or int4")
         if self.encoder_precision not in ("auto", "fp8"):
             raise ConfigError(f"encoder_precision={self.encoder_precision!r}; use auto or fp8")
         if self.batch_invariant not in (None, True, False):

@@ -487,19 +487,21 @@ def test_a_run_that_timed_no_audio_shows_no_rate(tmp_path: Path, fake_model: Fak
     assert re.search(r"^RTFx +- *$", result.output, re.MULTILINE), result.output
 
 
-def test_cross_kv_fp8_runs_on_the_cpu_as_its_help_says(tmp_path: Path, tiny_en_dir: Path) -> None:
-    """--cross-kv fp8 is not GPU-only (its help said "GPU"): on the CPU the cache is fp8 and SDPA
-    reads it upcast."""
+@pytest.mark.parametrize("cross_kv,cache", [("fp8", "float8_e4m3fn"), ("int4", "int4")])
+def test_cross_kv_runs_on_the_cpu_as_its_help_says(tmp_path: Path, tiny_en_dir: Path, cross_kv: str, cache: str) -> None:
+    """--cross-kv fp8 and int4 are not GPU-only (fp8's help said "GPU"): on the CPU the cache is fp8
+    (SDPA reads it upcast) or int4 (dequantised)."""
     help_text = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "300"}).output
-    cross_kv = " ".join(help_text[help_text.index("--cross-kv"):].split("--encoder-precision")[0].split())
-    assert "GPU and the CPU" in cross_kv and "GPU)" not in cross_kv
+    help_kv = " ".join(help_text[help_text.index("--cross-kv"):].split("--encoder-precision")[0].split())
+    assert "GPU and the CPU" in help_kv and "GPU)" not in help_kv and "int4 (4 bits" in help_kv
     out = tmp_path / "o"
     result = runner.invoke(app, ["run", "--demo", "-o", str(out), "--model", str(tiny_en_dir), "--device", "cpu",
-                                 "--cross-kv", "fp8", "--limit", "1", "--workers", "0", "--no-progress", "--no-report"])  # fmt: skip
+                                 "--cross-kv", cross_kv, "--limit", "1", "--workers", "0", "--no-progress",
+                                 "--no-report"])  # fmt: skip
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"]["device"] == "cpu" and summary["ok"] == 1
-    assert "float8_e4m3fn" in summary["model"]["info"]["attention"]
+    assert summary["model"]["info"]["attention"].endswith(f"/{cache}")
 
 
 def test_warnings_carry_the_warning_prefix(tmp_path: Path, fake_model: FakeTranscriber) -> None:

@@ -49,7 +49,7 @@ def test_decode_options_refuse_with_the_fix(kwargs: dict, message: str) -> None:
 @pytest.mark.parametrize("kwargs, message", [
     (dict(batch_size=0), "batch_size=0 must be >= 1"),
     (dict(dtype="int8"), "dtype='int8'; use float32, float16 or bfloat16"),
-    (dict(cross_kv="int8"), "cross_kv='int8'; use auto or fp8"),
+    (dict(cross_kv="int8"), "cross_kv='int8'; use auto, fp8 or int4"),
     (dict(audio_memory=0), "audio_memory=0 must be a number of bytes >= 1"),
     (dict(audio_memory=True), "audio_memory=True must be a number of bytes"),
 ])

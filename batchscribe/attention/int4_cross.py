@@ -1,17 +1,19 @@
-"""A 4-bit cross-attention cache and the Triton kernel that attends over it: a candidate, not yet
-wired into the engine.
+"""The 4-bit cross-attention cache (`--cross-kv int4`) and the Triton kernel that attends over it.
 
 W2's decode step is the cross K/V read: ~82 % of it at the memory roof with the fp8 cache
 (docs/GPU_NOTES.md). At 4 bits a value plus one fp16 scale per frame and head, a row reads 0.53x
 the bytes. `benchmarks/cross_kv_accuracy.py` weighs the accuracy (emulated on the CPU);
-`benchmarks/cross_kernels.py --int4` times this kernel against the fp8 one. The engine's
-`--cross-kv int4` comes once both hold.
+`benchmarks/cross_kernels.py --dtypes int4` times this kernel against the fp8 one.
 
-Layout, per layer: K (and V) as uint8 [n_slots, n_head, n_ctx, head_dim / 2] (heads first, as the
-fp8 cache), byte j of a frame holding value j in its low nibble and value j + head_dim / 2 in its
-high one, symmetric int4 (-7..7, two's complement); scales [n_slots, n_head, n_ctx] fp16, amax / 7
-of the frame's head_dim values. Halves rather than neighbours share a byte, so the kernel splits q
-and the output into two halves and never interleaves registers.
+Format: each frame's head_dim values of one head as head_dim / 2 bytes, byte j holding value j in its
+low nibble and value j + head_dim / 2 in its high one, symmetric int4 (-7..7, two's complement), and
+one fp16 scale (amax / 7). Halves rather than neighbours share a byte, so the kernel splits q and
+the output into two halves and never interleaves registers.
+
+Layout, per layer and for K and V alike: one uint8 tensor [n_slots, n_head, n_ctx * (head_dim / 2 +
+2)], heads first; each (slot, head) holds its n_ctx frames' bytes, then their n_ctx fp16 scales. One
+tensor per layer, like every other cache, so what moves or sizes a slot's cache needs nothing new;
+`views` gives the two.
 """
 
 from __future__ import annotations
@@ -43,6 +45,45 @@ def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = t
     b = packed.to(torch.int32)
     lo, hi = ((b & 0xF) ^ 8) - 8, ((b >> 4) ^ 8) - 8  # sign-extend each nibble
     return (torch.cat([lo, hi], dim=-1).float() * scale.float()[..., None]).to(dtype)
+
+
+def frame_bytes(head_dim: int) -> int:
+    """Bytes a frame of one head takes: its packed values and its fp16 scale."""
+    return head_dim // 2 + 2
+
+
+def allocate(n_slots: int, n_head: int, n_ctx: int, head_dim: int, device: torch.device | str) -> torch.Tensor:
+    """One layer's K (or V) cache, zeroed: uint8 [n_slots, n_head, n_ctx * frame_bytes(head_dim)]."""
+    return torch.zeros((n_slots, n_head, n_ctx * frame_bytes(head_dim)), dtype=torch.uint8, device=device)
+
+
+def views(cache: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A cache's views: packed values uint8 [n_slots, n_head, n_ctx, head_dim / 2] and scales fp16
+    [n_slots, n_head, n_ctx]."""
+    n_slots, n_head, width = cache.shape
+    n_ctx, half = width // frame_bytes(head_dim), head_dim // 2
+    packed = cache[..., : n_ctx * half].unflatten(-1, (n_ctx, half))
+    return packed, cache[..., n_ctx * half :].view(torch.float16)
+
+
+def n_ctx_of(cache: torch.Tensor, head_dim: int) -> int:
+    return cache.shape[-1] // frame_bytes(head_dim)
+
+
+def store(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -> None:
+    """Window b's K or V (kv [B, n_ctx, n_head, head_dim], the projection's frames-first output)
+    quantised into cache[slots[b]]."""
+    packed, scale = quantize(kv.transpose(1, 2))  # [B, H, T, D / 2], [B, H, T]
+    cache_packed, cache_scale = views(cache, kv.shape[-1])
+    cache_packed[slots] = packed
+    cache_scale[slots] = scale
+
+
+def rows(cache: torch.Tensor, slots: torch.Tensor, head_dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """The slots' K or V dequantised, [G, n_head, n_ctx, head_dim] in `dtype` (what SDPA, the
+    prompt prefill and the words pass read)."""
+    packed, scale = views(cache, head_dim)
+    return dequantize(packed[slots], scale[slots], dtype)
 
 
 if triton_available():
@@ -111,17 +152,15 @@ if triton_available():
 
 def cross_attention(
     q: torch.Tensor,  # [B, n_head, head_dim], fp16/bf16/fp32
-    k: tuple[torch.Tensor, torch.Tensor],  # (packed [n_slots >= B, n_head, n_ctx, head_dim / 2] uint8, scales [n_slots, n_head, n_ctx])
-    v: tuple[torch.Tensor, torch.Tensor],  # as k, same shapes and strides
+    k_cache: torch.Tensor,  # uint8 [n_slots >= B, n_head, n_ctx * frame_bytes(head_dim)] (the layout above)
+    v_cache: torch.Tensor,  # as k_cache
     config: CrossConfig = CrossConfig(),
     live: torch.Tensor | None = None,  # [n_slots >= B] bool: rows whose output is used; None: all
 ) -> torch.Tensor:  # [B, n_head, head_dim], q's dtype
     """softmax(q kᵀ / sqrt(head_dim)) v for row i over slot i's dequantised frames."""
-    (k_packed, k_scale), (v_packed, v_scale) = k, v
-    check_caches("int4 cross-attention", q, k_packed, v_packed)
-    if k_scale.stride() != v_scale.stride() or k_scale.stride(-1) != 1:
-        raise ValueError("K and V scales must share strides, contiguous over the frames")
     n_rows, n_head, head_dim = q.shape
+    (k_packed, k_scale), (v_packed, v_scale) = views(k_cache, head_dim), views(v_cache, head_dim)
+    check_caches("int4 cross-attention", q, k_packed, v_packed)
     n_ctx = k_packed.shape[2]
     out = torch.empty_like(q)
     split, chunk, acc, ml = split_buffers(out, n_ctx, config)

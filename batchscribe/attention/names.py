@@ -21,9 +21,10 @@ CROSS_KERNELS = {k.name: k for k in (
 # The encoder's self-attention over each window's frames (the fused encoder only): SDPA, or
 # FlashInfer's FA3 prefill on Hopper.
 ENCODER_KERNELS = {k.name: k for k in (Kernel("sdpa", None), Kernel("fa3", "flashinfer"))}
-# "auto"'s preference per kind, fastest first; an fp8 cross cache prefers the Triton kernel.
+# "auto"'s preference per kind, fastest first; an fp8 cross cache prefers the Triton kernel, and
+# only Triton (or SDPA, dequantising) reads the int4 one.
 AUTO_SELF = ("triton", "flashinfer")
-AUTO_CROSS = {"auto": ("flashinfer_hnd", "triton_hnd"), "fp8": ("triton_hnd", "flashinfer_hnd")}
+AUTO_CROSS = {"auto": ("flashinfer_hnd", "triton_hnd"), "fp8": ("triton_hnd", "flashinfer_hnd"), "int4": ("triton_hnd",)}
 
 
 def kernel_help() -> str:

@@ -38,7 +38,7 @@ class AttentionPlan:
 
     self_kernel: str = "sdpa"
     cross_kernel: str = "sdpa"
-    cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8
+    cross_dtype: torch.dtype | None = None  # None: the model's dtype; torch.float8_e4m3fn: fp8; torch.uint8: int4
     encoder_kernel: str = "sdpa"  # the fused encoder's attention over each window's frames
 
     def __post_init__(self) -> None:
@@ -62,7 +62,7 @@ class AttentionPlan:
         """"SELF/CROSS/cross-cache dtype", e.g. "triton/flashinfer_hnd/float16", and "/encoder-fa3"
         after it when the encoder's attention is not SDPA (so folders written before the encoder
         kernel existed keep their identity)."""
-        cross = str(self.cross_dtype or dtype).removeprefix("torch.")
+        cross = "int4" if self.cross_dtype == torch.uint8 else str(self.cross_dtype or dtype).removeprefix("torch.")
         encoder = "" if self.encoder_kernel == "sdpa" else f"/encoder-{self.encoder_kernel}"
         return f"{self.self_kernel}/{self.cross_kernel}/{cross}{encoder}"
 
@@ -71,7 +71,7 @@ def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype
                       fused_encoder: bool = True) -> AttentionPlan:  # fmt: skip
     """EngineOptions' names -> kernels. `attention` is "auto", one kernel name for the decoder's
     two kinds, or "SELF/CROSS[/ENCODER]" (e.g. "triton/flashinfer_hnd/fa3"; the encoder's is SDPA
-    unless named); `cross_kv` is "auto" or "fp8" (EngineOptions checked it); `fused_encoder`:
+    unless named); `cross_kv` is "auto", "fp8" or "int4" (EngineOptions checked it); `fused_encoder`:
     whether the encoder runs fused (EngineConfig.encoder), the only form that takes another
     encoder kernel than SDPA. Raises ConfigError naming the fix where a kernel cannot run."""
     half = dtype in (torch.float16, torch.bfloat16)
@@ -96,13 +96,18 @@ def resolve_attention(attention: str, cross_kv: str, device: torch.device, dtype
             raise ConfigError(f"attention={attention!r}: the {encoder_kind} encoder kernel runs in the fused encoder "
                               "(CUDA, float16 or bfloat16, Triton), which this run does not use; end the name "
                               "with /sdpa")  # fmt: skip
+        if cross_kv == "int4" and CROSS_KERNELS[cross_kind].package == "flashinfer":
+            raise ConfigError(f"attention={attention!r} with cross_kv='int4': FlashInfer cannot read the 4-bit "
+                              "cross cache; use the triton_hnd or sdpa cross kernel (auto picks triton_hnd), or "
+                              "cross_kv 'fp8'")  # fmt: skip
         _check_runs(attention, (SELF_KERNELS[self_kind], CROSS_KERNELS[cross_kind], ENCODER_KERNELS[encoder_kind]),
                     device, half, dtype)  # fmt: skip
         if encoder_kind == "fa3" and not fa3_runs(device):
             name = torch.cuda.get_device_name(device)
             raise ConfigError(f"attention={attention!r}: the fa3 encoder kernel runs on Hopper GPUs (compute "
                               f"capability 9.x); {name} is not one; end the name with /sdpa or drop /fa3")  # fmt: skip
-    return AttentionPlan(self_kind, cross_kind, torch.float8_e4m3fn if cross_kv == "fp8" else None, encoder_kind)
+    cross_dtype = {"fp8": torch.float8_e4m3fn, "int4": torch.uint8}.get(cross_kv)
+    return AttentionPlan(self_kind, cross_kind, cross_dtype, encoder_kind)
 
 
 def fa3_runs(device: torch.device) -> bool:
@@ -156,7 +161,7 @@ def build_backend(plan: AttentionPlan, cache: CacheLike, q_dtype: torch.dtype) -
 
         workspace = FlashInferWorkspace(self_cache.device)
     return AttentionBackend(_self_kernel(plan, self_cache, q_dtype, workspace),
-                            _cross_kernel(plan, cross_cache, q_dtype, workspace))  # fmt: skip
+                            _cross_kernel(plan, cross_cache, q_dtype, workspace, self_cache.shape[-1]))  # fmt: skip
 
 
 def _self_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype, workspace) -> SelfKernel:
@@ -171,11 +176,12 @@ def _self_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype,
     return SdpaSelf()
 
 
-def _cross_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype, workspace) -> CrossKernel:
+def _cross_kernel(plan: AttentionPlan, cache: torch.Tensor, q_dtype: torch.dtype, workspace,
+                  head_dim: int) -> CrossKernel:  # fmt: skip
     if plan.cross_kernel == "triton_hnd":
         from batchscribe.attention.triton import TritonCross
 
-        return TritonCross(cache, q_dtype)
+        return TritonCross(cache, q_dtype, head_dim)
     if plan.cross_kernel in ("flashinfer", "flashinfer_hnd"):
         from batchscribe.attention.flashinfer import FlashInferCross
 

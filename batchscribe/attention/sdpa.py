@@ -1,7 +1,8 @@
 """The reference kernels: torch's scaled_dot_product_attention over the static caches (CPU and GPU).
 
 Self-attention masks each row to its own length within a padded length (`kv_len`); cross-attention
-reads all 1500 frames. An fp8 cross cache (e4m3, scale 1.0) is upcast to the query's dtype.
+reads all 1500 frames. An fp8 cross cache (e4m3, scale 1.0) is upcast to the query's dtype, an int4
+one (attention/int4_cross) dequantised.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from batchscribe.attention import int4_cross
 from batchscribe.attention.base import AttentionBackend, CrossKernel, SelfKernel
 
 
@@ -52,7 +54,10 @@ class SdpaCross(CrossKernel):
 
     def __call__(self, q, k_cache, v_cache, slots):
         n_rows = q.shape[0]
-        if self.hnd:  # already [B, H, n_audio_ctx, D]
+        if k_cache.dtype == torch.uint8:  # int4: heads first, whatever hnd says
+            picked = torch.arange(n_rows, device=q.device) if slots is None else slots
+            k, v = (int4_cross.rows(c, picked, q.shape[-1], q.dtype) for c in (k_cache, v_cache))
+        elif self.hnd:  # already [B, H, n_audio_ctx, D]
             k = k_cache[:n_rows] if slots is None else k_cache[slots]
             v = v_cache[:n_rows] if slots is None else v_cache[slots]
             k, v = _as(k, q), _as(v, q)

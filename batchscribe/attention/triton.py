@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from batchscribe.attention import triton_cross, triton_self
+from batchscribe.attention import int4_cross, triton_cross, triton_self
 from batchscribe.attention.base import CrossKernel, SelfKernel
 
 
@@ -54,11 +54,14 @@ class TritonSelf(SelfKernel):
 
 
 class TritonCross(CrossKernel):
-    """`triton_cross` over the heads-first cross cache (model dtype or fp8)."""
+    """`triton_cross` over the heads-first cross cache (model dtype or fp8), or `int4_cross` over
+    the int4 one."""
 
-    def __init__(self, probe_cache: torch.Tensor, q_dtype: torch.dtype):
-        # probe_cache: one layer's cross K cache [n_slots, H, n_audio_ctx, D], to compile against.
-        self.probe, self.q_dtype = probe_cache, q_dtype
+    def __init__(self, probe_cache: torch.Tensor, q_dtype: torch.dtype, head_dim: int):
+        # probe_cache: one layer's cross K cache [n_slots, H, n_audio_ctx, D] (int4: packed), to
+        # compile against.
+        self.probe, self.q_dtype, self.head_dim = probe_cache, q_dtype, head_dim
+        self.attend = int4_cross.cross_attention if probe_cache.dtype == torch.uint8 else triton_cross.cross_attention
         self.live: torch.Tensor | None = None
         self.compiled: set[tuple[int, bool]] = set()
 
@@ -68,10 +71,9 @@ class TritonCross(CrossKernel):
     def prepare(self, n_rows):
         if (n_rows, self.live is not None) in self.compiled:
             return
-        n_head, head_dim = self.probe.shape[1], self.probe.shape[3]
-        q = torch.zeros((n_rows, n_head, head_dim), dtype=self.q_dtype, device=self.probe.device)
-        triton_cross.cross_attention(q, self.probe, self.probe, live=self.live)
+        q = torch.zeros((n_rows, self.probe.shape[1], self.head_dim), dtype=self.q_dtype, device=self.probe.device)
+        self.attend(q, self.probe, self.probe, live=self.live)
         self.compiled.add((n_rows, self.live is not None))
 
     def __call__(self, q, k_cache, v_cache, slots):
-        return triton_cross.cross_attention(q, k_cache, v_cache, live=self.live)
+        return self.attend(q, k_cache, v_cache, live=self.live)

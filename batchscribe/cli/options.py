@@ -12,7 +12,8 @@ from batchscribe.attention.names import kernel_help
 Format = Literal["jsonl", "parquet"]
 Task = Literal["transcribe", "translate"]
 DType = Literal["float32", "float16", "bfloat16"]
-CrossKV = Literal["auto", "fp8"]
+CrossKV = Literal["auto", "fp8", "int4"]
+Precision = Literal["auto", "fp8"]
 
 Inputs = Annotated[list[str] | None, typer.Argument(metavar="INPUT...",
     help="Parquet files/dirs/globs, HF dataset ids or folders, audio folders, JSONL/CSV manifests.", show_default=False)]
@@ -31,10 +32,11 @@ Attention = Annotated[str, typer.Option(help="Attention kernels: auto (on CUDA i
                                         "SELF/CROSS[/ENCODER] such as triton/flashinfer_hnd/fa3 (the encoder's is "
                                         f"sdpa unless named; {kernel_help()}).")]
 CrossKVOpt = Annotated[CrossKV, typer.Option("--cross-kv", help="Cross-attention K/V storage: auto (the model's "
-                                             "dtype) or fp8 (e4m3: less cache memory per slot on the GPU and the "
+                                             "dtype), fp8 (e4m3: less cache memory per slot on the GPU and the "
                                              "CPU; on a GPU also fewer bytes read per decode step; may change some "
-                                             "transcripts slightly).")]
-EncoderPrecision = Annotated[CrossKV, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
+                                             "transcripts slightly) or int4 (4 bits and a scale per frame and head: "
+                                             "half fp8's bytes; changes more transcripts, see docs/GPU_NOTES.md).")]
+EncoderPrecision = Annotated[Precision, typer.Option(help="Encoder GEMMs: auto (the model's dtype) or fp8 (e4m3).")]
 CudaGraphs = Annotated[bool, typer.Option("--cuda-graphs/--no-cuda-graphs", help="Replay the decode steps and the "
                                           "encoder as CUDA graphs (CUDA only); off: launch them eagerly.")]
 AudioMemory = Annotated[Optional[float], typer.Option(

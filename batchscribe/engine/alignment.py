@@ -155,6 +155,7 @@ class Aligner:
         self._head_index: dict[int, torch.Tensor] = {}
         if in_place is None:
             in_place = self.fixed and triton_available() and self.dtype in (torch.float16, torch.bfloat16)
+        in_place = in_place and not cache.cross_int4  # the in-place kernel reads plain caches; int4 gathers
         if in_place:
             index = {layer: [-1] * model.dims.n_text_head for layer in self._by_layer}
             for k, (layer, head) in enumerate(self.heads):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from batchscribe.attention import int4_cross
 from batchscribe.model.dims import ModelDims
 
 
@@ -22,7 +23,8 @@ class DecoderCache:
 
     self_k: list[torch.Tensor]  # n_layer x [n_slots, n_text_ctx, n_head, head_dim]
     self_v: list[torch.Tensor]
-    # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]; HND: [n_slots, n_head, n_audio_ctx, head_dim]
+    # n_layer x [n_slots, n_audio_ctx, n_head, head_dim]; HND: [n_slots, n_head, n_audio_ctx, head_dim];
+    # int4 (cross_dtype torch.uint8): attention/int4_cross's packed layout, heads first whatever cross_hnd says
     cross_k: list[torch.Tensor]
     cross_v: list[torch.Tensor]
     cross_hnd: bool = False
@@ -34,7 +36,7 @@ class DecoderCache:
         n_slots: int,
         device: torch.device | str,
         dtype: torch.dtype,
-        cross_dtype: torch.dtype | None = None,  # e.g. torch.float8_e4m3fn; None: dtype
+        cross_dtype: torch.dtype | None = None,  # torch.float8_e4m3fn, torch.uint8 (int4); None: dtype
         cross_hnd: bool = False,
     ) -> "DecoderCache":
         head_dim = dims.n_text_state // dims.n_text_head
@@ -44,11 +46,19 @@ class DecoderCache:
             cross_shape = (n_slots, dims.n_text_head, dims.n_audio_ctx, head_dim)
 
         def make(shape: tuple[int, ...], kind: torch.dtype) -> list[torch.Tensor]:
+            if kind == torch.uint8:
+                return [int4_cross.allocate(n_slots, dims.n_text_head, dims.n_audio_ctx, head_dim, device)
+                        for _ in range(dims.n_text_layer)]  # fmt: skip
             return [torch.zeros(shape, device=device, dtype=kind) for _ in range(dims.n_text_layer)]
 
         cross = cross_dtype or dtype
         return cls(make(self_shape, dtype), make(self_shape, dtype), make(cross_shape, cross), make(cross_shape, cross),
                    cross_hnd)  # fmt: skip
+
+    @property
+    def cross_int4(self) -> bool:
+        """The cross cache is attention/int4_cross's packed 4-bit layout."""
+        return self.cross_k[0].dtype == torch.uint8
 
     @property
     def n_slots(self) -> int:
@@ -59,13 +69,21 @@ class DecoderCache:
         def size(kind: torch.dtype) -> int:
             return torch.empty((), dtype=kind).element_size()
 
-        per_layer = 2 * dims.n_text_state * (dims.n_text_ctx * size(dtype) + dims.n_audio_ctx * size(cross_dtype or dtype))
+        if cross_dtype == torch.uint8:  # int4: per frame and head, the packed values and an fp16 scale
+            cross = dims.n_audio_ctx * dims.n_text_head * int4_cross.frame_bytes(dims.n_text_state // dims.n_text_head)
+        else:
+            cross = dims.n_audio_ctx * dims.n_text_state * size(cross_dtype or dtype)
+        per_layer = 2 * (dims.n_text_state * dims.n_text_ctx * size(dtype) + cross)
         return per_layer * dims.n_text_layer
 
     def cross_rows(self, layer: int, slots: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer `layer`'s cross K and V of `slots` [G] (long, on the cache's device), each
         [G, n_head, n_audio_ctx, head_dim] in `dtype` (fp8 upcast with scale 1, gathered as bytes:
-        index_select has no fp8 kernels)."""
+        index_select has no fp8 kernels; int4 dequantised)."""
+        if self.cross_int4:
+            head_dim = self.self_k[layer].shape[-1]
+            return (int4_cross.rows(self.cross_k[layer], slots, head_dim, dtype),
+                    int4_cross.rows(self.cross_v[layer], slots, head_dim, dtype))  # fmt: skip
         out = []
         for cached in (self.cross_k[layer], self.cross_v[layer]):
             raw = cached.view(torch.uint8) if cached.element_size() == 1 else cached

@@ -33,6 +33,11 @@ def test_attention_kinds_resolve() -> None:
     # The Triton kernels need CUDA, not FlashInfer.
     with pytest.raises(ValueError, match=r"needs a CUDA device \(Triton kernels\), but the device is cpu"):
         resolve_attention("triton/triton_hnd", "auto", cpu, torch.float16)
+    # int4: SDPA dequantises on the CPU; FlashInfer cannot read it
+    int4 = resolve_attention("auto", "int4", cpu, torch.float32)
+    assert int4 == AttentionPlan("sdpa", "sdpa", torch.uint8) and int4.describe(torch.float32) == "sdpa/sdpa/int4"
+    with pytest.raises(ValueError, match="FlashInfer cannot read the 4-bit cross cache"):
+        resolve_attention("sdpa/flashinfer_hnd", "int4", torch.device("cuda"), torch.float16)
     assert AttentionPlan("flashinfer", "flashinfer_hnd", FP8).cross_hnd
     assert not AttentionPlan("flashinfer", "flashinfer", FP8).cross_hnd
     assert isinstance(build_backend(AttentionPlan(), DecoderCache.allocate(tiny_dims(), 1, "cpu", torch.float32),

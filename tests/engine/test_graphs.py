@@ -22,6 +22,7 @@ ATTENTION = [
     ("float16", "triton/triton_hnd", "fp8"),  # Triton alone: no FlashInfer needed
     pytest.param("bfloat16", "triton/flashinfer_hnd", "auto", marks=needs_flashinfer),
     ("float16", "auto", "auto"),  # the default: whatever auto picks
+    ("bfloat16", "auto", "int4"),  # the int4 cross cache: Triton's int4 kernel
 ]
 
 
@@ -58,7 +59,7 @@ def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
     assert any(sample for (_, _, sample) in runner.graphs)
 
 
-@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), ("auto", "auto"), ("auto", "fp8")])
+@pytest.mark.parametrize("attention,cross_kv", [("sdpa", "auto"), ("auto", "auto"), ("auto", "fp8"), ("auto", "int4")])
 def test_compacting_the_tail_under_graphs_changes_no_token(tiny_en_dir, utterances, attention, cross_kv) -> None:
     """Under CUDA graphs, moving the tail's running windows into low rows (their state and K/V, fp8
     as bytes) and replaying smaller buckets gives the same tokens as stepping the full bucket."""

@@ -123,3 +123,28 @@ def test_cross_rows_are_the_slots_kv_heads_first(cross_dtype, hnd: bool) -> None
         want = torch.stack([stored[s].float() for s in slots.tolist()])
         assert got.shape == (3, 2, 10, 8) and got.dtype == torch.float32
         assert torch.equal(got, want if hnd else want.transpose(1, 2))
+
+
+@pytest.mark.parametrize("hnd", [False, True])
+def test_the_int4_cross_cache_holds_each_windows_quantised_kv(hnd: bool) -> None:
+    """An int4 cache (cross_dtype uint8) holds what int4_cross.quantize makes of each window's K/V
+    at its slot, whatever the layout flag; cross_rows gives it back dequantised, heads first; its
+    size is what bytes_per_slot says; moving a slot's tensors (compaction) moves its scales too."""
+    from batchscribe.attention import int4_cross
+
+    dims, model = _small_model(seed=1)
+    cache = DecoderCache.allocate(dims, 4, "cpu", torch.float32, torch.uint8, hnd)
+    assert cache.cross_int4 and cache.cross_k[0].dtype == torch.uint8
+    total = sum(t.numel() * t.element_size() for t in cache.tensors())
+    assert total == 4 * DecoderCache.bytes_per_slot(dims, torch.float32, torch.uint8)
+    assert DecoderCache.bytes_per_slot(dims, torch.float32, torch.uint8) < DecoderCache.bytes_per_slot(dims, torch.float32, FP8)
+    enc, slots = torch.randn(2, 1500, 64), torch.tensor([3, 1])
+    model.write_cross_kv(cache, enc, slots)
+    attn = model.decoder.layers[1].encoder_attn
+    for got, proj in zip(cache.cross_rows(1, slots, torch.float32), (attn.k_proj, attn.v_proj)):
+        kv = attn.heads(proj(enc)).transpose(1, 2)  # [2, H, 1500, D]
+        assert torch.equal(got, int4_cross.dequantize(*int4_cross.quantize(kv)))
+    before = cache.cross_rows(0, torch.tensor([3]), torch.float32)[0]
+    for t in cache.tensors():
+        t[0] = t[3]  # what Slots.compact does with a running row
+    assert torch.equal(cache.cross_rows(0, torch.tensor([0]), torch.float32)[0], before)
