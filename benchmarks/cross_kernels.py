@@ -8,8 +8,8 @@ engine's `flashinfer_hnd`), the Triton kernel of `batchscribe.attention.triton_c
 launch configurations, and SDPA (bf16 only). Each result is checked against SDPA in fp32 and printed
 as microseconds per layer and the cache bytes read per second. Decides `auto`'s cross kernel and
 `triton_cross.CrossConfig`'s defaults; figures go to docs/GPU_NOTES.md.
-`--dtypes int4`: the 4-bit candidate (`batchscribe.attention.int4_cross`, packed values and fp16
-scales) under the same sweep, checked against SDPA over its dequantised cache, with the fp8 Triton
+`--dtypes int4`: the 4-bit cache (`--cross-kv int4`: `batchscribe.attention.int4_cross`, packed
+values and fp16 scales) under the same sweep, checked against SDPA over its dequantised cache, with the fp8 Triton
 kernel on the same rows as the baseline (its TB/s there counts the int4 bytes: compare microseconds).
 """
 
@@ -74,18 +74,21 @@ def main() -> None:
 def int4_case(rows: int, args: argparse.Namespace, shapes: list[tuple[int, int, int]]) -> None:
     """The int4 kernel's sweep at `rows`, against the fp8 Triton kernel's default on the same rows."""
     shape = (rows, args.heads, N_CTX, HEAD_DIM)
+    every = torch.arange(rows, device="cuda")
 
-    def cache() -> tuple[torch.Tensor, torch.Tensor]:
-        return int4_cross.quantize(torch.randn(shape, device="cuda", dtype=torch.bfloat16))
+    def cache() -> torch.Tensor:
+        held = int4_cross.allocate(rows, args.heads, N_CTX, HEAD_DIM, "cuda")
+        int4_cross.store(held, torch.randn(rows, N_CTX, args.heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16), every)
+        return held
 
     ks, vs = [cache() for _ in range(args.layers)], [cache() for _ in range(args.layers)]
     fp8_k = [torch.randn(shape, device="cuda").to(torch.float8_e4m3fn) for _ in range(args.layers)]
     fp8_v = [torch.randn(shape, device="cuda").to(torch.float8_e4m3fn) for _ in range(args.layers)]
     q = torch.randn(rows, args.heads, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
-    k0, v0 = int4_cross.dequantize(*ks[0]), int4_cross.dequantize(*vs[0])
+    k0, v0 = (int4_cross.rows(c[0], every, HEAD_DIM, torch.float32) for c in (ks, vs))
     ref = F.scaled_dot_product_attention(q.float().unsqueeze(2), k0, v0).squeeze(2)
     del k0, v0
-    gb = 2 * sum(t.numel() * t.element_size() for t in ks[0]) / 1e9
+    gb = 2 * ks[0].numel() / 1e9
     case = Candidates(ref, gb, args.layers, args.reps)
     print(f"== int4 rows {rows} heads {args.heads}: {gb * 1e3:.0f} MB per layer (fp8: "
           f"{2 * fp8_k[0].numel() / 1e6:.0f} MB)", flush=True)  # fmt: skip

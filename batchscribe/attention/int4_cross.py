@@ -2,7 +2,7 @@
 
 W2's decode step is the cross K/V read: ~82 % of it at the memory roof with the fp8 cache
 (docs/GPU_NOTES.md). At 4 bits a value plus one fp16 scale per frame and head, a row reads 0.53x
-the bytes. `benchmarks/cross_kv_accuracy.py` weighs the accuracy (emulated on the CPU);
+the bytes, for a larger accuracy cost than fp8's (`benchmarks/cross_kv_accuracy.py`);
 `benchmarks/cross_kernels.py --dtypes int4` times this kernel against the fp8 one.
 
 Format: each frame's head_dim values of one head as head_dim / 2 bytes, byte j holding value j in its
@@ -64,10 +64,6 @@ def views(cache: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tenso
     n_ctx, half = width // frame_bytes(head_dim), head_dim // 2
     packed = cache[..., : n_ctx * half].unflatten(-1, (n_ctx, half))
     return packed, cache[..., n_ctx * half :].view(torch.float16)
-
-
-def n_ctx_of(cache: torch.Tensor, head_dim: int) -> int:
-    return cache.shape[-1] // frame_bytes(head_dim)
 
 
 def store(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -> None:
