@@ -26,7 +26,7 @@ BLOCK_T = 64  # frames per program: 64 x head_dim elements, one contiguous run o
 def store_reference(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, hnd: bool) -> None:
     """cache: [S, T, H, D] or (hnd) [S, H, T, D]; kv: [B, T, H, D] in the model's dtype; slots: [B]
     long. Writes window b's K/V into cache[slots[b]]."""
-    if cache.dtype == torch.uint8:
+    if cache.dtype == torch.uint8:  # the int4 cache, quantised eagerly (its own layout whatever hnd says)
         int4_cross.store(cache, kv, slots)
         return
     cache[slots] = to_cache_dtype(kv.transpose(1, 2) if hnd else kv, cache.dtype)
@@ -35,12 +35,9 @@ def store_reference(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, 
 def store(cache: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor, hnd: bool) -> None:
     """As store_reference, by the kernel where it applies: CUDA, Triton, and kv a view whose last
     two dims are one contiguous row per frame (the projection's [B, T, H * D] output as heads)."""
-    if cache.dtype == torch.uint8:  # the int4 cache: quantised (eagerly; its own layout whatever hnd says)
-        int4_cross.store(cache, kv, slots)
-        return
     d = kv.shape[-1]
     rows = kv.stride(-1) == 1 and kv.stride(-2) == d and d & (d - 1) == 0
-    if triton is not None and kv.is_cuda and rows:
+    if triton is not None and kv.is_cuda and rows and cache.dtype != torch.uint8:
         store_triton(cache, kv, slots, hnd)
     else:
         store_reference(cache, kv, slots, hnd)
