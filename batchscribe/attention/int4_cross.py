@@ -86,6 +86,8 @@ if triton_available():
     import triton
     import triton.language as tl
 
+    from batchscribe.attention.triton_common import frame_range
+
     @triton.jit
     def _nibbles(ptr, offs, live):
         """The signed low and high nibbles of the bytes at offs ([N, D / 2]), as fp32."""
@@ -109,10 +111,7 @@ if triton_available():
         q_hi = tl.load(q_at + HALF + d).to(tl.float32) * scale
         base = row.to(tl.int64) * stride_kb + head * stride_kh
         scales = row.to(tl.int64) * stride_sb + head * stride_sh
-        start = part * CHUNK
-        stop = tl.minimum(start + CHUNK, n_ctx)
-        if HAS_LIVE:  # as triton_cross: a row nobody reads takes one frame per split
-            stop = tl.where(tl.load(Live + row).to(tl.int32) != 0, stop, start + 1)
+        start, stop = frame_range(Live, row, part, n_ctx, CHUNK, HAS_LIVE)
         m_i = tl.full([], float("-inf"), tl.float32)
         l_i = tl.zeros([], tl.float32)
         acc_lo = tl.zeros([HALF], tl.float32)

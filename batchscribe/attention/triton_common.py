@@ -62,6 +62,17 @@ if triton is not None:
         return m_new, l_i, acc
 
     @triton.jit
+    def frame_range(Live, row, part, n_ctx, CHUNK: tl.constexpr, HAS_LIVE: tl.constexpr):
+        """The frames [start, stop) split `part` of `row` reads: its CHUNK, or one frame where the
+        row's output nobody reads (finished, free), so its online softmax stays finite (no 0 / 0)
+        while it reads next to nothing."""
+        start = part * CHUNK
+        stop = tl.minimum(start + CHUNK, n_ctx)
+        if HAS_LIVE:
+            stop = tl.where(tl.load(Live + row).to(tl.int32) != 0, stop, start + 1)
+        return start, stop
+
+    @triton.jit
     def store_partial(O, Acc, ML, row, head, part, m_i, l_i, acc, stride_ob, stride_oh,
                       HEAD_DIM: tl.constexpr, SPLIT: tl.constexpr):  # fmt: skip
         """A program's result: the output when it saw the whole row, else its partial softmax in

@@ -28,7 +28,7 @@ if triton_available():
     import triton
     import triton.language as tl
 
-    from batchscribe.attention.triton_common import online_softmax_block, store_partial
+    from batchscribe.attention.triton_common import frame_range, online_softmax_block, store_partial
 
 
 @dataclass(frozen=True)
@@ -57,11 +57,7 @@ if triton_available():
         d = tl.arange(0, HEAD_DIM)
         q = tl.load(Q + row * stride_qb + head * stride_qh + d).to(tl.float32) * scale  # [D], log2 units
         base = row.to(tl.int64) * stride_kb + head * stride_kh
-        start = part * CHUNK
-        stop = tl.minimum(start + CHUNK, n_ctx)
-        if HAS_LIVE:  # a row whose output nobody reads (finished, free): one frame per split, so
-            # its online softmax stays finite (no 0 / 0) while it reads next to nothing
-            stop = tl.where(tl.load(Live + row).to(tl.int32) != 0, stop, start + 1)
+        start, stop = frame_range(Live, row, part, n_ctx, CHUNK, HAS_LIVE)
         m_i = tl.full([], float("-inf"), tl.float32)
         l_i = tl.zeros([], tl.float32)
         acc = tl.zeros([HEAD_DIM], tl.float32)
