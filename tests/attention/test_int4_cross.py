@@ -140,6 +140,7 @@ def test_int4_transcripts_equal_attention_over_the_dequantised_kv(tiny_en_dir, u
     int4 = Transcriber(str(tiny_en_dir), cross_kv="int4", **kw)
     assert int4.describe()["engine"]["attention"] == "sdpa/sdpa/int4"
     got = {r["id"]: r["text"] for r in int4.transcribe(items, sample_rate=16000)}
+    assert int4.scheduler().engine.cache.cross_int4  # the engine's cache is the packed one
     int4.release()
     store = cross_write.store
 
