@@ -25,6 +25,7 @@ import argparse
 
 import torch
 
+from batchscribe.attention import int4_cross
 from fp8_accuracy import SETS, rows
 
 
@@ -33,7 +34,8 @@ VARIANTS = ["fp8", "int4-token", "int4-kchannel", "int4-g32", "fp8k-int4v"]
 
 def int4(x: torch.Tensor, dim: int, group: int = 0) -> torch.Tensor:
     """x quantised to symmetric int4 with one scale per slice along `dim` (amax / 7), or with
-    `group` per `group` values of the last dim, dequantised."""
+    `group` per `group` values of the last dim, dequantised: the layouts int4_cross does not store
+    (per channel, 32-value groups)."""
     shape = x.shape
     if group:
         x = x.reshape(*shape[:-1], shape[-1] // group, group)
@@ -62,8 +64,8 @@ def emulated_store(variant: str, store):
             kv = e4m3(kv)
         elif variant == "int4-g32":
             kv = int4(kv, dim=-1, group=32)
-        else:  # one scale per (window, frame, head), as int4_cross stores them
-            kv = int4(kv, dim=-1)
+        else:  # one scale per (window, frame, head): the engine's own format (int4_cross)
+            kv = int4_cross.dequantize(*int4_cross.quantize(kv), dtype=kv.dtype)
         store(cache, kv, slots, hnd)
 
     return quantised_store
