@@ -23,7 +23,9 @@ over FIXED_STEPS time steps per call, each padded with zeros), so an item's prob
 same bits in any batch (`--batch-invariant`). At fixed shapes the head (ReLU, then a 1x1 convolution
 to one channel, then a sigmoid) runs as a product and a sum over each row's features: a convolution
 kernel may give a row other bits by where it sits in the call (oneDNN on an AVX-512 Xeon: a
-tail row of a 97-row call), a reduction over each row's own features cannot.
+tail row of a 97-row call), a reduction over each row's own features cannot. Its calls are a
+multiple of HEAD_ALIGN rows: torch's CPU loops leave a call's last elements, past its last full
+vector, to a scalar sigmoid whose last bit differs from the vectorised one (seen on an AVX2 EPYC).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ ENCODE_CHUNKS = 8192  # chunks per encoder call: bounds the STFT's activations (
 LSTM_POSITIONS = 1 << 16  # rows x time steps per LSTM call: bounds its gates ([n, 512] floats)
 FIXED_ROWS = 2048  # chunks per encoder and head call at fixed shapes
 FIXED_STEPS = 128  # LSTM time steps per call at fixed shapes (~4 s of audio)
+HEAD_ALIGN = 64  # rows: a multiple of every CPU vector loop's stride (2 x 16 floats on AVX-512)
 PROBE_TOLERANCE = 1e-4  # far above float32 rounding, far below what a wrongly read part gives
 
 
@@ -142,8 +145,9 @@ class SequenceScorer:
         if self.rows is None:  # one call
             return self.head(hidden.unsqueeze(-1)).reshape(-1).float().cpu().numpy()
         # Fixed shapes: each row's bits its own (see the module docstring).
+        rows = -(-FIXED_ROWS // HEAD_ALIGN) * HEAD_ALIGN  # no row in a loop's scalar tail
         parts = [torch.sigmoid((torch.relu(part) * self.head_weight).sum(-1) + self.head_bias)
-                 for part in self._slices(hidden, FIXED_ROWS)]  # fmt: skip
+                 for part in self._slices(hidden, rows)]  # fmt: skip
         return torch.cat(parts)[: len(hidden)].float().cpu().numpy()
 
     def _slices(self, x: Any, step: int) -> list[Any]:
