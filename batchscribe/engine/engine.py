@@ -70,6 +70,9 @@ class Engine:
             max_batch=1 if config.batch_invariant and device.type != "cuda" else None,
             graphs=config.cuda_graphs, timings=self.timings)  # fmt: skip
         self.kv_buckets = sorted(config.kv_buckets)
+        # Row counts a step runs at on CUDA, eager or replayed: the graphs' buckets, so that graphs on
+        # or off compute alike (cuBLAS and SDPA may sum a row in another order at another batch size)
+        self.buckets = [n_slots] if config.batch_invariant else default_buckets(n_slots)
         # Batch-invariant on the CPU without MKL's reproducible mode: steps on the math attention
         # (engine/cpu_numerics.py)
         self.math_steps = config.batch_invariant and device.type == "cpu" and not threads_agree()
@@ -105,8 +108,7 @@ class Engine:
         log.info("a %d-row step takes %.2f ms on the GPU: looking at finished rows every %d steps",
                  self.n_slots, step * 1e3, self.steps_per_look)  # fmt: skip
         self.look = self._look(self.steps_per_look)
-        buckets = [self.n_slots] if self.config.batch_invariant else default_buckets(self.n_slots)
-        self.graphs = StepGraphs(self.look, buckets, self.kv_buckets or [self.n_ctx], self.device)
+        self.graphs = StepGraphs(self.look, self.buckets, self.kv_buckets or [self.n_ctx], self.device)
         self.graphs.capture(sample=False)
         self.encoder_graphs = EncoderGraphs(self.encoder, self.encoder.chunk_sizes, self.device)
         self.encoder_graphs.capture()
@@ -197,14 +199,20 @@ class Engine:
             if extra:  # a capture's warm-up stepped every occupied row for real
                 self.slots.stepped(self.n_slots, extra)
         else:
-            # Batch-invariant: every step over all the slots, as its one captured bucket does (rows
-            # past n_rows are free: their results are never read).
-            width = self.n_slots if self.config.batch_invariant else n_rows
+            width = self.step_width(n_rows)
             with sdpa_kernel(SDPBackend.MATH) if self.math_steps else nullcontext():
                 for _ in range(steps):
                     self.look.step(width, kv_len, sample)
         self.slots.stepped(n_rows, steps)
         self.snapshots.queue(self.slots.rows_in_use(), self.slots.generation, packed)
+
+    def step_width(self, n_rows: int) -> int:
+        """The rows a step over rows [0, n_rows) computes: on CUDA, and when batch-invariant (one
+        bucket: all the slots), the bucket a graph would replay; on the CPU otherwise n_rows, as a
+        CPU step's cost follows its rows. Rows past n_rows are free: their results are never read."""
+        if self.device.type != "cuda" and not self.config.batch_invariant:
+            return n_rows
+        return self.buckets[bisect_left(self.buckets, n_rows)]
 
     def compact(self) -> int:
         """Move the tail's running windows into the rows finished ones left (Slots.compact, the K/V

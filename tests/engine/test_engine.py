@@ -118,6 +118,14 @@ def test_records_on_cuda_do_not_depend_on_the_batch_by_default(tiny_en_dir, utte
     assert _copies_differ(tiny_en_dir, utterances, "cuda", 24, batch_invariant=False) != []
 
 
+def test_a_cpu_step_computes_its_rows_unless_batch_invariant(tiny_en_dir) -> None:
+    """On the CPU a step's cost follows its rows: it computes the rows in use, or every slot when
+    batch-invariant (one shape for every call). On CUDA: the graphs' buckets (tests/engine/test_graphs.py)."""
+    for invariant in (False, True):
+        engine = Transcriber(str(tiny_en_dir), device="cpu", batch_size=6, batch_invariant=invariant).scheduler().engine
+        assert [engine.step_width(n) for n in range(1, 7)] == ([6] * 6 if invariant else [1, 2, 3, 4, 5, 6])
+
+
 def test_an_engine_steps_the_prepared_model_whoever_built_it(base_dir) -> None:
     """The engine, not the Transcriber, puts the model in the step's fused forms (fused q/k/v, the
     logits over a vocabulary padded to 8): the benchmarks build engines from bare models, and the

@@ -43,6 +43,9 @@ def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, at
         assert engine.graphs is not None and engine.graphs.buckets[-1] == slots
         assert engine.encoder_graphs is not None and max(engine.encoder_graphs.sizes) == {1: 1, 3: 2, 8: 8, 32: 32}[slots]
         assert eager.scheduler().engine.encoder_graphs is None
+        # eager steps ran the rows the graphs replay: the same shapes, whatever the kernels' sums
+        widths = [eager.scheduler().engine.step_width(n) for n in range(1, slots + 1)]
+        assert widths == [engine.graphs.bucket_for(n) for n in range(1, slots + 1)]
 
 
 def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:
