@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -29,7 +28,7 @@ from batchscribe.engine.pinned import PinnedArena, to_device_async
 from batchscribe.engine.prefill import prefill_groups, prefill_packed, prefill_prompts
 from batchscribe.engine.requests import FinishedWindow, WindowRequest
 from batchscribe.engine.setup import EngineConfig
-from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, default_buckets, steps_per_check
+from batchscribe.engine.sizing import MAX_STEPS_PER_CHECK, bucket_for, default_buckets, steps_per_check
 from batchscribe.engine.slots import Slots
 from batchscribe.engine.snapshots import Snapshot, SnapshotQueue
 from batchscribe.engine.staging import Stager
@@ -191,7 +190,7 @@ class Engine:
         # position), rounded up to a captured length on CUDA so eager and graph steps compute alike.
         kv_len = self.slots.kv_bound(n_rows, steps)
         if self.kv_buckets:
-            kv_len = self.kv_buckets[bisect_left(self.kv_buckets, kv_len)]
+            kv_len = bucket_for(self.kv_buckets, kv_len)
         sample = self.slots.sampling(n_rows)
         packed = self.graphs is not None and self.graphs.steps == steps
         if packed:
@@ -212,7 +211,7 @@ class Engine:
         CPU step's cost follows its rows. Rows past n_rows are free: their results are never read."""
         if self.device.type != "cuda" and not self.config.batch_invariant:
             return n_rows
-        return self.buckets[bisect_left(self.buckets, n_rows)]
+        return bucket_for(self.buckets, n_rows)
 
     def compact(self) -> int:
         """Move the tail's running windows into the rows finished ones left (Slots.compact, the K/V

@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -27,6 +26,7 @@ from typing import Protocol
 import torch
 
 from batchscribe.constants import N_SAMPLES
+from batchscribe.engine.sizing import bucket_for
 
 log = logging.getLogger(__name__)
 
@@ -107,14 +107,11 @@ class StepGraphs:
             self.look.step(bucket, kv_len, sample)
         self.look.pack(bucket)
 
-    def bucket_for(self, n_rows: int) -> int:
-        return self.buckets[bisect_left(self.buckets, n_rows)]
-
     def replay(self, n_rows: int, kv_len: int, sample: bool) -> int:
         """The look for rows [0, n_rows), padded to its bucket (NOTE: the graph packs `bucket` rows).
         Returns the steps every row of the largest bucket took beyond the look's: WARM_UP_STEPS when
         this variant had to be captured first, else 0."""
-        key = (self.bucket_for(n_rows), kv_len, sample)
+        key = (bucket_for(self.buckets, n_rows), kv_len, sample)
         extra = 0
         if key not in self.graphs:
             self.capture(sample)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import os
+from bisect import bisect_left
+from collections.abc import Sequence
 
 # GPU seconds of steps the host launches between looks at the finished flags: enough queued work
 # that the device stays busy while the host admits and collects, and no more, since a finished row
@@ -35,6 +37,13 @@ def default_buckets(n_slots: int) -> list[int]:
     buckets = [b for b in (1, 2, 4, 8, 16, 32) if b < n_slots]
     buckets += list(range(64, n_slots, 64))
     return sorted(set(buckets + [n_slots]))
+
+
+def bucket_for(buckets: Sequence[int], n: int) -> int:
+    """The smallest of the sorted buckets that holds n (a step over n rows, or n cached positions,
+    runs that bucket's width): what graphs replay, and what eager steps compute so that the two
+    give the same shapes."""
+    return buckets[bisect_left(buckets, n)]
 
 
 def default_kv_buckets(n_text_ctx: int) -> list[int]:

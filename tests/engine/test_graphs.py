@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from batchscribe.engine.sizing import bucket_for
 from tests.engine.helpers import records, token_differences, tokens
 from tests.marks import gpu, needs_flashinfer
 
@@ -45,7 +46,7 @@ def test_graph_replay_equals_eager_per_bucket(tiny_en_dir, utterances, dtype, at
         assert eager.scheduler().engine.encoder_graphs is None
         # eager steps ran the rows the graphs replay: the same shapes, whatever the kernels' sums
         widths = [eager.scheduler().engine.step_width(n) for n in range(1, slots + 1)]
-        assert widths == [engine.graphs.bucket_for(n) for n in range(1, slots + 1)]
+        assert widths == [bucket_for(engine.graphs.buckets, n) for n in range(1, slots + 1)]
 
 
 def test_sampled_fallback_graphs_equal_eager(tiny_en_dir, utterances) -> None:

@@ -7,13 +7,22 @@ from pathlib import Path
 import pytest
 
 from batchscribe.engine import sizing
-from batchscribe.engine.sizing import default_buckets, default_kv_buckets, slots_for_memory, steps_per_check
+from batchscribe.engine.sizing import bucket_for, default_buckets, default_kv_buckets, slots_for_memory, steps_per_check
 
 
 def test_buckets_and_slots_for_memory() -> None:
     assert default_kv_buckets(448) == [64, 160, 256, 448]
     assert default_buckets(256)[-1] == 256 and default_buckets(3) == [1, 2, 3]
     assert slots_for_memory(10 * 2**30, 2**30, fraction=0.6) == 6
+
+
+def test_a_count_runs_the_smallest_bucket_that_holds_it() -> None:
+    buckets = default_buckets(200)
+    for n in range(1, 201):
+        width = bucket_for(buckets, n)
+        assert width >= n and width in buckets
+        assert all(b < n for b in buckets if b < width)  # no smaller bucket would hold it
+    assert bucket_for(default_kv_buckets(448), 161) == 256
 
 
 def test_steps_per_check_keeps_about_two_ms_queued() -> None:
